@@ -1,0 +1,181 @@
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+
+/// A language runbox can run. Every one runs inside a Deno child.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Language {
+    /// CPython on WebAssembly (Pyodide), inside Deno.
+    #[serde(alias = "py")]
+    Python,
+    #[serde(alias = "js")]
+    Javascript,
+    /// Types are stripped by Deno; they are not checked.
+    #[serde(alias = "ts")]
+    Typescript,
+}
+
+impl Language {
+    pub const ALL: [Language; 3] = [Language::Python, Language::Javascript, Language::Typescript];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Language::Python => "python",
+            Language::Javascript => "javascript",
+            Language::Typescript => "typescript",
+        }
+    }
+}
+
+impl fmt::Display for Language {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for Language {
+    type Err = UnknownLanguage;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "python" | "py" => Ok(Language::Python),
+            "javascript" | "js" => Ok(Language::Javascript),
+            "typescript" | "ts" => Ok(Language::Typescript),
+            _ => Err(UnknownLanguage(s.to_owned())),
+        }
+    }
+}
+
+/// A language name that is not one of [`Language::ALL`] or their aliases.
+#[derive(Debug, thiserror::Error)]
+#[error("unknown language {0:?}: expected python, javascript or typescript (or py, js, ts)")]
+pub struct UnknownLanguage(pub String);
+
+/// One program to run, as the worker receives it.
+///
+/// Unknown fields are ignored when reading, so older workers keep working
+/// while the spec grows.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobSpec {
+    pub language: Language,
+    pub code: String,
+    /// Bytes fed to the program's stdin, then EOF.
+    #[serde(default)]
+    pub stdin: String,
+    /// Wall-clock limit in milliseconds; the worker's default when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_ms: Option<u64>,
+}
+
+/// Where a job is in its life, or how it ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Status {
+    Queued,
+    Running,
+    /// The program ran to its end; read `exit_code`.
+    Completed,
+    /// The wall-clock limit passed and the child was killed.
+    Timeout,
+    /// The program hit the memory cap.
+    MemoryExceeded,
+    /// The job's signature did not verify, so it was never run.
+    Rejected,
+    Cancelled,
+    /// Delivered too many times without a result: the workers running it died.
+    WorkerLost,
+    /// runbox itself failed; the program may not have run.
+    InternalError,
+}
+
+impl Status {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::Queued => "queued",
+            Status::Running => "running",
+            Status::Completed => "completed",
+            Status::Timeout => "timeout",
+            Status::MemoryExceeded => "memory_exceeded",
+            Status::Rejected => "rejected",
+            Status::Cancelled => "cancelled",
+            Status::WorkerLost => "worker_lost",
+            Status::InternalError => "internal_error",
+        }
+    }
+
+    /// True once the job will not change again.
+    pub fn is_final(self) -> bool {
+        !matches!(self, Status::Queued | Status::Running)
+    }
+}
+
+impl fmt::Display for Status {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What running one program produced.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Outcome {
+    pub status: Status,
+    /// None when the child did not exit by itself (killed on timeout, memory,
+    /// cancellation) or never started.
+    pub exit_code: Option<i32>,
+    /// UTF-8; invalid bytes are replaced with U+FFFD.
+    pub stdout: String,
+    pub stderr: String,
+    pub stdout_truncated: bool,
+    pub stderr_truncated: bool,
+    /// Wall-clock time from handing the program to the child until it ended.
+    pub duration_ms: u64,
+}
+
+impl Outcome {
+    /// An outcome for a job that failed inside runbox; `message` is for the user.
+    pub fn internal_error(message: impl Into<String>) -> Self {
+        Outcome {
+            status: Status::InternalError,
+            exit_code: None,
+            stdout: String::new(),
+            stderr: message.into(),
+            stdout_truncated: false,
+            stderr_truncated: false,
+            duration_ms: 0,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn language_aliases_parse_in_json_and_text() {
+        for (alias, language) in [("py", Language::Python), ("js", Language::Javascript), ("ts", Language::Typescript)] {
+            let json: Language = serde_json::from_str(&format!("{alias:?}")).expect("alias parses");
+            assert_eq!(json, language);
+            assert_eq!(alias.parse::<Language>().expect("alias parses"), language);
+            assert_eq!(language.as_str().parse::<Language>().expect("name parses"), language);
+        }
+        assert!("ruby".parse::<Language>().is_err());
+    }
+
+    #[test]
+    fn job_spec_ignores_unknown_fields() {
+        let spec: JobSpec =
+            serde_json::from_str(r#"{"language":"js","code":"1","future_field":[1,2]}"#).expect("parses");
+        assert_eq!(spec.language, Language::Javascript);
+        assert_eq!(spec.stdin, "");
+        assert_eq!(spec.timeout_ms, None);
+    }
+
+    #[test]
+    fn status_names_match_serde() {
+        for status in [Status::Completed, Status::MemoryExceeded, Status::WorkerLost, Status::InternalError] {
+            assert_eq!(serde_json::to_string(&status).expect("serializes"), format!("{:?}", status.as_str()));
+        }
+    }
+}

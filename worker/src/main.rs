@@ -1,0 +1,74 @@
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use runbox_common::{JobSpec, Language};
+use runbox_worker::SandboxConfig;
+use tokio_util::sync::CancellationToken;
+
+#[derive(Parser)]
+#[command(name = "runbox-worker", about = "Runs untrusted code in single-use, deny-all Deno children.")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Runs one file through the sandbox, exactly as a job would run, and
+    /// prints the outcome as JSON. Limits come from the RUNBOX_* variables.
+    Exec {
+        /// python, javascript or typescript (or py, js, ts).
+        #[arg(long, short)]
+        language: Language,
+        /// The program; `-` reads it from stdin.
+        file: PathBuf,
+        /// Text fed to the program's stdin.
+        #[arg(long, default_value = "")]
+        stdin: String,
+        /// Wall-clock limit in milliseconds.
+        #[arg(long)]
+        timeout_ms: Option<u64>,
+    },
+}
+
+fn main() -> ExitCode {
+    init_tracing();
+    match run() {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("runbox-worker: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run() -> anyhow::Result<ExitCode> {
+    let cli = Cli::parse();
+    let runtime = tokio::runtime::Runtime::new().context("starting tokio")?;
+    match cli.command {
+        Command::Exec { language, file, stdin, timeout_ms } => runtime.block_on(async {
+            let code = if file.as_os_str() == "-" {
+                std::io::read_to_string(std::io::stdin()).context("reading the program from stdin")?
+            } else {
+                std::fs::read_to_string(&file).with_context(|| format!("reading {}", file.display()))?
+            };
+            let config = SandboxConfig::from_env()?;
+            let sandbox = runbox_worker::sandbox(&config).await?;
+            let outcome = sandbox.run(&JobSpec { language, code, stdin, timeout_ms }, &CancellationToken::new()).await;
+            println!("{}", serde_json::to_string_pretty(&outcome)?);
+            Ok(ExitCode::SUCCESS)
+        }),
+    }
+}
+
+fn init_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    if std::env::var("RUST_LOG_FORMAT").is_ok_and(|f| f == "json") {
+        builder.json().init();
+    } else {
+        builder.init();
+    }
+}

@@ -1,0 +1,182 @@
+//! One single-use Deno child: boot it, hand it one program, collect the end.
+//!
+//! Booting and running are separate steps so that a child can be booted
+//! before its job exists (the seam a warm pool uses): [`BootedChild::boot`]
+//! returns once the harness has written READY, and [`BootedChild::run`]
+//! consumes the child.
+
+use std::os::unix::process::ExitStatusExt;
+use std::process::ExitStatus;
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{Signal, killpg};
+use nix::unistd::Pid;
+use runbox_common::{JobSpec, Language, Outcome, Status};
+use serde::Serialize;
+use tempfile::TempDir;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::process::{Child, ChildStderr, ChildStdin, ChildStdout};
+use tokio_util::sync::CancellationToken;
+
+use super::output::{Captured, capture};
+use super::{Sandbox, SandboxError, command::deno_command};
+
+/// Written by a harness once it is booted; see `runtime/harness/protocol.mjs`.
+const READY: &[u8] = b"\x06runbox-ready\n";
+
+/// The exit status a harness uses when the program ran out of memory, and
+/// also what a fatal V8 heap OOM ends with.
+const MEMORY_EXIT: i32 = 133;
+
+/// How long a child may take to boot before it counts as broken.
+const BOOT_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// How long to wait for the output pipes to close once the child is gone.
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// A child that has booted and waits for its one program.
+pub struct BootedChild {
+    language: Language,
+    child: Child,
+    stdin: ChildStdin,
+    stdout: ChildStdout,
+    stderr: ChildStderr,
+    /// The child's private directory; removed when this is dropped.
+    _dir: TempDir,
+    /// How long the boot took.
+    pub boot_time: Duration,
+}
+
+/// The job frame the harness reads; see `runtime/harness/protocol.mjs`.
+#[derive(Serialize)]
+struct Frame<'a> {
+    language: Language,
+    code: &'a str,
+}
+
+enum Ending {
+    Exited(ExitStatus),
+    TimedOut,
+    Cancelled,
+}
+
+impl BootedChild {
+    /// Starts a child for `language` and waits until its harness is ready.
+    pub async fn boot(sandbox: &Sandbox, language: Language) -> Result<BootedChild, SandboxError> {
+        let started = Instant::now();
+        let dir = tempfile::Builder::new().prefix("runbox-job-").tempdir_in(&sandbox.work_dir)?;
+        if let Some(uid) = sandbox.isolation.uid {
+            nix::unistd::chown(dir.path(), Some(uid.into()), Some(nix::unistd::Gid::from_raw(uid)))
+                .map_err(std::io::Error::from)?;
+        }
+        let mut child = deno_command(&sandbox.runtime, &sandbox.isolation, &sandbox.limits, language, dir.path())
+            .spawn()
+            .map_err(SandboxError::Spawn)?;
+        let (Some(stdin), Some(mut stdout), Some(mut stderr)) =
+            (child.stdin.take(), child.stdout.take(), child.stderr.take())
+        else {
+            return Err(SandboxError::Boot("child has no stdio pipes".into()));
+        };
+
+        let mut marker = [0u8; READY.len()];
+        let ready = tokio::time::timeout(BOOT_TIMEOUT, stdout.read_exact(&mut marker)).await;
+        if !matches!(ready, Ok(Ok(_))) || marker != READY {
+            kill_group(&child);
+            let _ = child.wait().await;
+            let mut message = Vec::new();
+            let _ = tokio::time::timeout(DRAIN_TIMEOUT, (&mut stderr).take(8192).read_to_end(&mut message)).await;
+            return Err(SandboxError::Boot(String::from_utf8_lossy(&message).trim().to_owned()));
+        }
+        Ok(BootedChild { language, child, stdin, stdout, stderr, _dir: dir, boot_time: started.elapsed() })
+    }
+
+    /// Runs `spec` in this child and returns how it ended. The child is gone
+    /// afterwards, whatever happened.
+    pub async fn run(self, spec: &JobSpec, sandbox: &Sandbox, cancel: &CancellationToken) -> Outcome {
+        let BootedChild { language, mut child, mut stdin, stdout, stderr, _dir, .. } = self;
+        let frame = match serde_json::to_vec(&Frame { language, code: &spec.code }) {
+            Ok(frame) => frame,
+            Err(e) => return Outcome::internal_error(format!("could not encode the job: {e}")),
+        };
+        let input = spec.stdin.clone().into_bytes();
+        // A program need not read its stdin; a write into a closed or full
+        // pipe must not hold up the run, so it happens on its own task.
+        let writer = tokio::spawn(async move {
+            let header = format!("{}\n", frame.len());
+            for part in [header.as_bytes(), &frame, &input] {
+                if stdin.write_all(part).await.is_err() {
+                    return;
+                }
+            }
+            let _ = stdin.shutdown().await;
+        });
+        let cap = sandbox.limits.max_output_bytes;
+        let out = tokio::spawn(capture(stdout, cap));
+        let err = tokio::spawn(capture(stderr, cap));
+
+        let timeout = sandbox.limits.timeout_for(spec);
+        let started = Instant::now();
+        let ending = tokio::select! {
+            status = child.wait() => match status {
+                Ok(status) => Ending::Exited(status),
+                Err(e) => return Outcome::internal_error(format!("lost track of the child: {e}")),
+            },
+            () = tokio::time::sleep(timeout) => Ending::TimedOut,
+            () = cancel.cancelled() => Ending::Cancelled,
+        };
+        if !matches!(ending, Ending::Exited(_)) {
+            kill_group(&child);
+            let _ = child.wait().await;
+        }
+        let duration = started.elapsed();
+        writer.abort();
+        let stdout = drain(out).await;
+        let stderr = drain(err).await;
+
+        let (status, exit_code) = match ending {
+            Ending::TimedOut => (Status::Timeout, None),
+            Ending::Cancelled => (Status::Cancelled, None),
+            Ending::Exited(exit) => classify(exit),
+        };
+        Outcome {
+            status,
+            exit_code,
+            stdout: stdout.text(),
+            stderr: stderr.text(),
+            stdout_truncated: stdout.truncated,
+            stderr_truncated: stderr.truncated,
+            duration_ms: u64::try_from(duration.as_millis()).unwrap_or(u64::MAX),
+        }
+    }
+}
+
+/// Maps how the child exited to a status and the exit code the user sees.
+fn classify(exit: ExitStatus) -> (Status, Option<i32>) {
+    match (exit.code(), exit.signal()) {
+        (Some(MEMORY_EXIT), _) => (Status::MemoryExceeded, None),
+        (Some(code), _) => (Status::Completed, Some(code)),
+        // V8 ends the process with a trap on a fatal out-of-memory, and the
+        // kernel's OOM killer sends SIGKILL (ours only comes on timeout or
+        // cancellation, which are handled before this).
+        (None, Some(signal)) if signal == Signal::SIGTRAP as i32 || signal == Signal::SIGKILL as i32 => {
+            (Status::MemoryExceeded, None)
+        }
+        (None, _) => (Status::InternalError, None),
+    }
+}
+
+/// SIGKILLs the child's whole process group. The group id is the child's pid
+/// (it was spawned with `process_group(0)`), and it is only called while the
+/// child is not yet reaped, so the id cannot have been reused.
+fn kill_group(child: &Child) {
+    if let Some(pid) = child.id().and_then(|id| i32::try_from(id).ok()) {
+        let _ = killpg(Pid::from_raw(pid), Signal::SIGKILL);
+    }
+}
+
+async fn drain(task: tokio::task::JoinHandle<Captured>) -> Captured {
+    match tokio::time::timeout(DRAIN_TIMEOUT, task).await {
+        Ok(Ok(captured)) => captured,
+        _ => Captured::default(),
+    }
+}

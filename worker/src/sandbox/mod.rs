@@ -1,0 +1,105 @@
+//! The sandbox: runs one program in a fresh, single-use, deny-all Deno child.
+//!
+//! How a run works:
+//!
+//! 1. A private directory (0700, outside any `package.json` tree) is made
+//!    for the child; it becomes the child's working directory and DENO_DIR,
+//!    and is removed when the run ends, whatever happened.
+//! 2. Deno starts in its own process group with an empty environment,
+//!    resource limits, every permission denied ([`command`]), and the
+//!    isolation layers this host allows ([`Isolation`]).
+//! 3. The language harness boots and says READY; the program and its stdin
+//!    then arrive over the stdin pipe ([`child`]), never as a file.
+//! 4. stdout and stderr are drained concurrently and capped ([`output`]);
+//!    on timeout or cancellation the whole group gets SIGKILL.
+
+mod child;
+mod command;
+mod isolation;
+mod output;
+mod runtime;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use runbox_common::{JobSpec, Outcome};
+use tokio_util::sync::CancellationToken;
+
+pub use child::BootedChild;
+pub use isolation::{Isolation, NetworkIsolation};
+pub use runtime::{DEFAULT_RUNTIME_DIR, Runtime, SNAPSHOT_FILE};
+
+/// Errors that keep a run from starting. Once a child runs, every ending is
+/// an [`Outcome`].
+#[derive(Debug, thiserror::Error)]
+pub enum SandboxError {
+    #[error("runtime not installed: {0}")]
+    Runtime(String),
+    #[error("could not make the job directory: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("could not start deno: {0}")]
+    Spawn(std::io::Error),
+    #[error("the runtime failed to boot: {0}")]
+    Boot(String),
+}
+
+/// The limits every run gets.
+#[derive(Debug, Clone)]
+pub struct Limits {
+    /// Wall-clock limit for a job that names none.
+    pub default_timeout: Duration,
+    /// The most a job may ask for.
+    pub max_timeout: Duration,
+    /// Cap on the V8 heap and on WebAssembly memory, each.
+    pub memory_mb: u32,
+    /// Bytes kept of stdout, and separately of stderr.
+    pub max_output_bytes: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            default_timeout: Duration::from_secs(10),
+            max_timeout: Duration::from_secs(60),
+            memory_mb: 256,
+            max_output_bytes: 1024 * 1024,
+        }
+    }
+}
+
+impl Limits {
+    /// The wall-clock limit for `spec`: its own, within the maximum.
+    pub fn timeout_for(&self, spec: &JobSpec) -> Duration {
+        spec.timeout_ms.map_or(self.default_timeout, Duration::from_millis).min(self.max_timeout)
+    }
+}
+
+/// Runs programs, one fresh child each.
+pub struct Sandbox {
+    pub runtime: Runtime,
+    pub limits: Limits,
+    pub isolation: Isolation,
+    /// Where job directories are made.
+    pub work_dir: PathBuf,
+}
+
+impl Sandbox {
+    /// Checks the runtime and works out which isolation layers this host
+    /// allows, by running a real program under each.
+    pub async fn new(runtime: Runtime, limits: Limits, work_dir: PathBuf) -> Result<Sandbox, SandboxError> {
+        let mut sandbox = Sandbox { runtime, limits, isolation: Isolation::NONE, work_dir };
+        sandbox.isolation = isolation::probe(&sandbox).await?;
+        Ok(sandbox)
+    }
+
+    /// Runs one program in a new child and returns how it ended.
+    pub async fn run(&self, spec: &JobSpec, cancel: &CancellationToken) -> Outcome {
+        match BootedChild::boot(self, spec.language).await {
+            Ok(child) => child.run(spec, self, cancel).await,
+            Err(e) => {
+                tracing::error!(error = %e, language = %spec.language, "sandbox failed to start a child");
+                Outcome::internal_error("runbox could not start the sandbox for this job")
+            }
+        }
+    }
+}
