@@ -37,5 +37,9 @@ where
     T: FromStr,
     T::Err: std::fmt::Display,
 {
-    value.trim().parse().map_err(|e: T::Err| ConfigError::Invalid { name, value: value.to_owned(), reason: e.to_string() })
+    value.trim().parse().map_err(|e: T::Err| ConfigError::Invalid {
+        name,
+        value: value.to_owned(),
+        reason: e.to_string(),
+    })
 }

@@ -154,7 +154,8 @@ mod tests {
 
     #[test]
     fn language_aliases_parse_in_json_and_text() {
-        for (alias, language) in [("py", Language::Python), ("js", Language::Javascript), ("ts", Language::Typescript)] {
+        for (alias, language) in [("py", Language::Python), ("js", Language::Javascript), ("ts", Language::Typescript)]
+        {
             let json: Language = serde_json::from_str(&format!("{alias:?}")).expect("alias parses");
             assert_eq!(json, language);
             assert_eq!(alias.parse::<Language>().expect("alias parses"), language);

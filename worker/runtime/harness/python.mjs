@@ -10,23 +10,28 @@ import { awaitJob, dropPersistentStorage, MEMORY_EXIT, readRest, writeAll } from
 
 const [pyodideDir, snapshotPath, memoryMb] = Deno.args;
 
-// Runs the program as __main__ and returns the process exit status. Frames of
+// Runs the program as __main__ and returns the process exit status. Top-level
+// `await` is allowed, as in Pyodide's own runPythonAsync. Frames of
 // this runner are cut from tracebacks so they read as if python ran main.py.
 const RUNNER = `
-import linecache, sys, traceback
+import ast, linecache, os, sys, traceback
 
-def run_main(source):
-    status = 0
+# Pyodide records the path of the script that booted it; not the program's business.
+os.environ.pop("_", None)
+
+async def run_main(source):
     linecache.cache["main.py"] = (len(source), None, source.splitlines(True), "main.py")
+    status = 0
     try:
-        code = compile(source, "main.py", "exec")
-        exec(code, {"__name__": "__main__", "__file__": "main.py", "__builtins__": __builtins__})
+        code = compile(source, "main.py", "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
+        result = eval(code, {"__name__": "__main__", "__file__": "main.py", "__builtins__": __builtins__})
+        if code.co_flags & 0x80:  # CO_COROUTINE: the program used top-level await
+            await result
     except SystemExit as e:
         status = exit_status(e.code)
     except BaseException as e:
-        tb = e.__traceback__
-        if not isinstance(e, SyntaxError) and tb is not None:
-            tb = tb.tb_next
+        # Drop this runner's frame; a SyntaxError has no program frames at all.
+        tb = None if isinstance(e, SyntaxError) else e.__traceback__.tb_next
         traceback.print_exception(type(e), e, tb)
         status = ${MEMORY_EXIT} if isinstance(e, MemoryError) else 1
     for stream in (sys.stdout, sys.stderr):
@@ -70,7 +75,9 @@ pyodide.setStdin({
     return n;
   },
 });
-Deno.exit(runMain(job.code));
+// callPromising lets the program block on JS promises (run_until_complete,
+// run_sync) through WebAssembly stack switching.
+Deno.exit(await runMain.callPromising(job.code));
 
 /**
  * Python's heap is WebAssembly memory, which V8's heap limit does not cover.

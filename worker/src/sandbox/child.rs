@@ -34,6 +34,14 @@ const BOOT_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long to wait for the output pipes to close once the child is gone.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(2);
 
+/// Resident memory the runtime itself may use on top of the program's
+/// `memory_mb`: an idle Python child (Pyodide restored from its snapshot)
+/// holds about 225 MiB, an idle JS child about 40 MiB.
+const RUNTIME_RSS_ALLOWANCE_MB: u64 = 320;
+
+/// How often the resident memory of a running child is checked.
+const RSS_POLL: Duration = Duration::from_millis(20);
+
 /// A child that has booted and waits for its one program.
 pub struct BootedChild {
     language: Language,
@@ -42,7 +50,7 @@ pub struct BootedChild {
     stdout: ChildStdout,
     stderr: ChildStderr,
     /// The child's private directory; removed when this is dropped.
-    _dir: TempDir,
+    dir: TempDir,
     /// How long the boot took.
     pub boot_time: Duration,
 }
@@ -58,6 +66,7 @@ enum Ending {
     Exited(ExitStatus),
     TimedOut,
     Cancelled,
+    OverMemory,
 }
 
 impl BootedChild {
@@ -87,13 +96,23 @@ impl BootedChild {
             let _ = tokio::time::timeout(DRAIN_TIMEOUT, (&mut stderr).take(8192).read_to_end(&mut message)).await;
             return Err(SandboxError::Boot(String::from_utf8_lossy(&message).trim().to_owned()));
         }
-        Ok(BootedChild { language, child, stdin, stdout, stderr, _dir: dir, boot_time: started.elapsed() })
+        Ok(BootedChild { language, child, stdin, stdout, stderr, dir, boot_time: started.elapsed() })
+    }
+
+    /// The child's process id, which is also its process group id.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.id()
+    }
+
+    /// The child's private directory.
+    pub fn dir(&self) -> &std::path::Path {
+        self.dir.path()
     }
 
     /// Runs `spec` in this child and returns how it ended. The child is gone
     /// afterwards, whatever happened.
     pub async fn run(self, spec: &JobSpec, sandbox: &Sandbox, cancel: &CancellationToken) -> Outcome {
-        let BootedChild { language, mut child, mut stdin, stdout, stderr, _dir, .. } = self;
+        let BootedChild { language, mut child, mut stdin, stdout, stderr, dir: _dir, .. } = self;
         let frame = match serde_json::to_vec(&Frame { language, code: &spec.code }) {
             Ok(frame) => frame,
             Err(e) => return Outcome::internal_error(format!("could not encode the job: {e}")),
@@ -115,6 +134,8 @@ impl BootedChild {
         let err = tokio::spawn(capture(stderr, cap));
 
         let timeout = sandbox.limits.timeout_for(spec);
+        let rss_limit = (u64::from(sandbox.limits.memory_mb) + RUNTIME_RSS_ALLOWANCE_MB) * 1024 * 1024;
+        let pid = child.id();
         let started = Instant::now();
         let ending = tokio::select! {
             status = child.wait() => match status {
@@ -123,6 +144,7 @@ impl BootedChild {
             },
             () = tokio::time::sleep(timeout) => Ending::TimedOut,
             () = cancel.cancelled() => Ending::Cancelled,
+            () = watch_rss(pid, rss_limit) => Ending::OverMemory,
         };
         if !matches!(ending, Ending::Exited(_)) {
             kill_group(&child);
@@ -136,6 +158,7 @@ impl BootedChild {
         let (status, exit_code) = match ending {
             Ending::TimedOut => (Status::Timeout, None),
             Ending::Cancelled => (Status::Cancelled, None),
+            Ending::OverMemory => (Status::MemoryExceeded, None),
             Ending::Exited(exit) => classify(exit),
         };
         Outcome {
@@ -171,6 +194,23 @@ fn classify(exit: ExitStatus) -> (Status, Option<i32>) {
 fn kill_group(child: &Child) {
     if let Some(pid) = child.id().and_then(|id| i32::try_from(id).ok()) {
         let _ = killpg(Pid::from_raw(pid), Signal::SIGKILL);
+    }
+}
+
+/// Returns once the resident memory of process `pid` passes `limit` bytes.
+/// The V8 heap flag and the WebAssembly cap stop most programs first, with a
+/// clean error; this catches what they do not cover, such as ArrayBuffers.
+async fn watch_rss(pid: Option<u32>, limit: u64) {
+    let Some(pid) = pid else { return std::future::pending().await };
+    let path = format!("/proc/{pid}/statm");
+    let page = nix::unistd::sysconf(nix::unistd::SysconfVar::PAGE_SIZE).ok().flatten().map_or(4096, |p| p as u64);
+    loop {
+        tokio::time::sleep(RSS_POLL).await;
+        let Ok(statm) = tokio::fs::read_to_string(&path).await else { continue };
+        let resident_pages = statm.split_whitespace().nth(1).and_then(|n| n.parse::<u64>().ok()).unwrap_or(0);
+        if resident_pages * page > limit {
+            return;
+        }
     }
 }
 

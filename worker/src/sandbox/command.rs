@@ -38,11 +38,18 @@ const MAX_OPEN_FILES: u64 = 256;
 /// are Deno's caches in its throwaway DENO_DIR.
 const MAX_FILE_BYTES: u64 = 64 * 1024 * 1024;
 
-/// `RLIMIT_DATA` floor: V8 and Deno need about this much to start at all.
-const MIN_DATA_BYTES: u64 = 1024 * 1024 * 1024;
+/// `RLIMIT_DATA` floor. Below about 2 GiB a Deno Worker cannot reserve its
+/// code space, so programs that start a single Worker would fail.
+const MIN_DATA_BYTES: u64 = 2 * 1024 * 1024 * 1024;
 
 /// The command for one child of `language`, whose private directory is `dir`.
-pub fn deno_command(runtime: &Runtime, isolation: &Isolation, limits: &Limits, language: Language, dir: &Path) -> Command {
+pub fn deno_command(
+    runtime: &Runtime,
+    isolation: &Isolation,
+    limits: &Limits,
+    language: Language,
+    dir: &Path,
+) -> Command {
     let mut args: Vec<OsString> = vec!["run".into()];
     args.extend(DENY_ALL.iter().map(OsString::from));
     args.push(format!("--v8-flags=--max-old-space-size={}", limits.memory_mb).into());
@@ -87,7 +94,7 @@ pub fn deno_command(runtime: &Runtime, isolation: &Isolation, limits: &Limits, l
         .process_group(0)
         .kill_on_drop(true);
 
-    let data_bytes = (u64::from(limits.memory_mb) * 1024 * 1024 * 2).max(MIN_DATA_BYTES);
+    let data_bytes = (u64::from(limits.memory_mb) * 1024 * 1024 * 4).max(MIN_DATA_BYTES);
     let network = isolation.network;
     let uid = isolation.uid;
     #[allow(unsafe_code)]

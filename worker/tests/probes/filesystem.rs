@@ -1,0 +1,132 @@
+//! No job reads or writes the host's files. Python's `open` works on
+//! Pyodide's in-memory filesystem, so those probes check that host files
+//! stay unseen and unwritten rather than for a permission error.
+
+use runbox_worker::sandbox::BootedChild;
+
+use crate::util::*;
+
+const SECRET: &str = "planted-secret-7f3a";
+
+fn planted() -> (tempfile::TempDir, String) {
+    let dir = outside_dir();
+    let path = dir.path().join("secret.txt");
+    std::fs::write(&path, SECRET).expect("plant");
+    let path = path.display().to_string();
+    (dir, path)
+}
+
+#[tokio::test]
+async fn js_reads_etc_passwd() {
+    let outcome = run(Js, "console.log(Deno.readTextFileSync('/etc/passwd'))").await;
+    assert_fails_with(&outcome, "Requires read access to \"/etc/passwd\"");
+}
+
+#[tokio::test]
+async fn js_reads_proc_self_environ() {
+    let outcome = run(Js, "console.log(Deno.readTextFileSync('/proc/self/environ'))").await;
+    assert_fails_with(&outcome, "Requires read access to \"/proc/self/environ\"");
+}
+
+#[tokio::test]
+async fn js_reads_a_planted_file() {
+    let (_dir, path) = planted();
+    let outcome = run(Js, &format!("console.log(await Deno.readTextFile('{path}'))")).await;
+    assert_fails_with(&outcome, &format!("Requires read access to \"{path}\""));
+    assert!(!outcome.stdout.contains(SECRET));
+}
+
+#[tokio::test]
+async fn ts_node_fs_reads() {
+    for path in ["/etc/passwd", "/proc/self/environ"] {
+        let code = format!(
+            "import fs from 'node:fs';\nconst text: string = fs.readFileSync('{path}', 'utf8');\nconsole.log(text);"
+        );
+        assert_fails_with(&run(Ts, &code).await, &format!("Requires read access to \"{path}\""));
+    }
+}
+
+#[tokio::test]
+async fn js_lists_the_root() {
+    let outcome = run(Js, "for (const e of Deno.readDirSync('/')) console.log(e.name)").await;
+    assert_fails_with(&outcome, "Requires read access to \"/\"");
+}
+
+#[tokio::test]
+async fn js_reads_a_sibling_jobs_directory() {
+    let sandbox = sandbox().await;
+    let sibling = BootedChild::boot(sandbox, Js).await.expect("sibling boots");
+    let sibling_dir = sibling.dir().to_owned();
+    let secret_file = sibling_dir.join("secret.txt");
+    std::fs::write(&secret_file, SECRET).expect("plant in sibling");
+    let code = format!(
+        "try {{ console.log(Deno.readTextFileSync('{}')) }} catch (e) {{ console.error(String(e)) }}\n\
+         for (const e of Deno.readDirSync('{}')) console.log(e.name)",
+        secret_file.display(),
+        sibling_dir.display()
+    );
+    let outcome = run(Js, &code).await;
+    assert_fails_with(&outcome, "Requires read access");
+    assert!(!outcome.stdout.contains(SECRET), "{outcome:#?}");
+    assert!(outcome.stderr.contains("NotCapable: Requires read access"), "{outcome:#?}");
+    drop(sibling);
+}
+
+#[tokio::test]
+async fn python_open_sees_no_host_files() {
+    let (_dir, path) = planted();
+    for target in ["/etc/passwd", "/proc/self/environ", path.as_str()] {
+        let outcome = run(Py, &format!("print(open('{target}').read())")).await;
+        assert_fails_with(&outcome, "FileNotFoundError");
+        assert!(!outcome.stdout.contains(SECRET));
+    }
+}
+
+#[tokio::test]
+async fn python_js_deno_read() {
+    let (_dir, path) = planted();
+    for target in ["/etc/passwd", path.as_str()] {
+        let outcome = run(Py, &format!("import js\nprint(js.Deno.readTextFileSync('{target}'))")).await;
+        assert_fails_with(&outcome, &format!("NotCapable: Requires read access to \"{target}\""));
+        assert!(!outcome.stdout.contains(SECRET));
+    }
+}
+
+#[tokio::test]
+async fn js_writes_anywhere() {
+    let dir = outside_dir();
+    let target = dir.path().join("written.txt");
+    let t = target.display();
+    for code in [
+        format!("Deno.writeTextFileSync('{t}', 'x')"),
+        format!("import fs from 'node:fs'; fs.writeFileSync('{t}', 'x')"),
+        format!("Deno.mkdirSync('{t}.d')"),
+        "Deno.writeTextFileSync('/tmp/runbox-probe-write', 'x')".to_owned(),
+    ] {
+        assert_fails_with(&run(Js, &code).await, "Requires write access");
+    }
+    assert!(!target.exists() && !dir.path().join("written.txt.d").exists());
+    assert!(!std::path::Path::new("/tmp/runbox-probe-write").exists());
+}
+
+#[tokio::test]
+async fn python_writes_stay_in_memory() {
+    let dir = outside_dir();
+    let target = dir.path().join("written.txt");
+    let t = target.display();
+    let outcome = run(
+        Py,
+        &format!(
+            "import os\nos.makedirs('{}', exist_ok=True)\nopen('{t}', 'w').write('x')\nprint(open('{t}').read())",
+            dir.path().display()
+        ),
+    )
+    .await;
+    assert_status(&outcome, runbox_common::Status::Completed);
+    assert_eq!(outcome.stdout, "x\n", "{outcome:#?}");
+    assert!(!target.exists(), "a Python write reached the host");
+
+    let outcome = run(Py, &format!("import js\njs.Deno.writeTextFileSync('{t}', 'x')")).await;
+    assert_fails_with(&outcome, "NotCapable: Requires write access");
+    assert!(!target.exists());
+}

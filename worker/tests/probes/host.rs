@@ -1,0 +1,81 @@
+//! The job learns nothing about its host: not the worker's environment
+//! (the child's is empty, checked here through the real CLI with a secret in
+//! the worker's own environment), not native code, not system details.
+
+use crate::util::*;
+
+const SECRET: &str = "s3cr3t-worker-value";
+
+async fn env_probe(language: runbox_common::Language, code: &str) -> runbox_common::Outcome {
+    let (outcome, _) =
+        exec_cli(language, code, &[("RUNBOX_PROBE_SECRET", SECRET), ("AWS_SECRET_ACCESS_KEY", SECRET)], &[]).await;
+    assert!(!outcome.stdout.contains(SECRET) && !outcome.stderr.contains(SECRET), "secret leaked: {outcome:#?}");
+    outcome
+}
+
+#[tokio::test]
+async fn js_env_is_invisible() {
+    let o = env_probe(Js, "console.log(Deno.env.get('RUNBOX_PROBE_SECRET'))").await;
+    assert_fails_with(&o, "Requires env access to \"RUNBOX_PROBE_SECRET\"");
+    let o = env_probe(Js, "console.log(JSON.stringify(Deno.env.toObject()))").await;
+    assert_fails_with(&o, "Requires env access");
+    let o = env_probe(Js, "console.log(JSON.stringify(process.env))").await;
+    assert_fails_with(&o, "Requires env access");
+    let o = env_probe(Js, "console.log(process.env.AWS_SECRET_ACCESS_KEY)").await;
+    assert_fails_with(&o, "Requires env access");
+}
+
+#[tokio::test]
+async fn python_env_is_invisible() {
+    let o = env_probe(Py, "import os\nprint(dict(os.environ))\nprint(os.environ.get('RUNBOX_PROBE_SECRET'))").await;
+    assert_status(&o, runbox_common::Status::Completed);
+    assert!(o.stdout.ends_with("None\n"), "{o:#?}");
+    let o = env_probe(Py, "import js\nprint(js.Deno.env.get('RUNBOX_PROBE_SECRET'))").await;
+    assert_fails_with(&o, "Requires env access");
+    let o = env_probe(Py, "import js\nprint(js.process.env.RUNBOX_PROBE_SECRET)").await;
+    assert_fails_with(&o, "Requires env access");
+}
+
+#[tokio::test]
+async fn js_dlopen() {
+    assert_fails_with(&run(Js, "Deno.dlopen('libc.so.6', {})").await, "Requires ffi access");
+}
+
+#[tokio::test]
+async fn js_system_details() {
+    assert_fails_with(&run(Js, "console.log(Deno.hostname())").await, "Requires sys access to \"hostname\"");
+    assert_fails_with(&run(Js, "console.log(Deno.osRelease())").await, "Requires sys access to \"osRelease\"");
+    assert_fails_with(&run(Js, "console.log(Deno.networkInterfaces())").await, "Requires sys access");
+}
+
+#[tokio::test]
+async fn js_permission_request_is_denied() {
+    let listener = Listener::open();
+    let code = format!(
+        "for (const name of ['net', 'read', 'run', 'env', 'write', 'ffi', 'sys']) {{\n\
+           console.log(name, (await Deno.permissions.request({{ name }})).state);\n\
+         }}\n\
+         await fetch('http://127.0.0.1:{}/');",
+        listener.port
+    );
+    let outcome = run(Js, &code).await;
+    assert_fails_with(&outcome, "Requires net access");
+    assert_eq!(
+        outcome.stdout,
+        "net denied\nread denied\nrun denied\nenv denied\nwrite denied\nffi denied\nsys denied\n"
+    );
+    listener.assert_untouched();
+}
+
+#[tokio::test]
+async fn python_read_access_is_revoked_before_the_program() {
+    // The Python child reads Pyodide's files while it boots; the program
+    // must find that access gone.
+    let code = "import js\nprint(js.Deno.permissions.querySync(js.Object.fromEntries([['name', 'read']])).state)";
+    let outcome = run(Py, code).await;
+    assert_status(&outcome, runbox_common::Status::Completed);
+    assert_eq!(outcome.stdout, "prompt\n", "{outcome:#?}");
+    let outcome =
+        run(Py, "import js\nprint(js.Deno.readTextFileSync(js.Deno.mainModule.replace('file://', '')))").await;
+    assert_fails_with(&outcome, "Requires read access");
+}

@@ -1,0 +1,16 @@
+//! The sandbox probe suite: every escape we know of, tried against a real
+//! Deno child, each asserting the exact way it must fail.
+//!
+//! Probes are permanent. When a new escape is found, its probe goes here.
+//! One module per topic; `util` holds the shared sandbox and helpers.
+
+mod filesystem;
+mod floods;
+mod host;
+mod imports;
+mod network;
+mod processes;
+mod results;
+mod runaway;
+mod state;
+mod util;

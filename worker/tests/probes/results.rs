@@ -1,0 +1,118 @@
+//! The outcome is exactly what the program did: exit codes, stdin, and
+//! output bytes as they were written.
+
+use runbox_common::{Language, Status};
+
+use crate::util::*;
+
+async fn exits(language: Language, code: &str, expected: i32) -> runbox_common::Outcome {
+    let outcome = run(language, code).await;
+    assert_status(&outcome, Status::Completed);
+    assert_eq!(outcome.exit_code, Some(expected), "{outcome:#?}");
+    outcome
+}
+
+#[tokio::test]
+async fn js_exit_codes() {
+    let ok = exits(Js, "console.log('hi')", 0).await;
+    assert_eq!((ok.stdout.as_str(), ok.stderr.as_str()), ("hi\n", ""));
+    exits(Js, "Deno.exit(7)", 7).await;
+    exits(Js, "import process from 'node:process'; process.exit(5)", 5).await;
+    let thrown = exits(Js, "throw new Error('boom')", 1).await;
+    assert!(thrown.stderr.contains("Uncaught Error: boom"), "{thrown:#?}");
+    let rejected = exits(Js, "setTimeout(() => { throw new TypeError('later') }, 10)", 1).await;
+    assert!(rejected.stderr.contains("TypeError: later"), "{rejected:#?}");
+    let syntax = exits(Js, "let = ;", 1).await;
+    assert!(syntax.stderr.contains("SyntaxError"), "{syntax:#?}");
+}
+
+#[tokio::test]
+async fn ts_types_are_stripped() {
+    let outcome =
+        exits(Ts, "interface P { x: number }\nconst p: P = { x: 2 };\nconsole.log(p.x * 21 as number);", 0).await;
+    assert_eq!(outcome.stdout, "42\n");
+}
+
+#[tokio::test]
+async fn python_exit_codes() {
+    let ok = exits(Py, "print(2 + 2)", 0).await;
+    assert_eq!((ok.stdout.as_str(), ok.stderr.as_str()), ("4\n", ""));
+    exits(Py, "import sys\nsys.exit(3)", 3).await;
+    exits(Py, "import sys\nsys.exit()", 0).await;
+    let message = exits(Py, "import sys\nsys.exit('bad input')", 1).await;
+    assert_eq!(message.stderr, "bad input\n");
+    exits(Py, "raise SystemExit(256 + 9)", 9).await;
+}
+
+#[tokio::test]
+async fn python_traceback_has_no_harness_frames() {
+    let outcome = exits(Py, "def f():\n    return 1 / 0\n\nf()", 1).await;
+    assert_eq!(
+        outcome.stderr,
+        "Traceback (most recent call last):\n  File \"main.py\", line 4, in <module>\n    f()\n    ~^^\n  File \"main.py\", line 2, in f\n    return 1 / 0\n           ~~^~~\nZeroDivisionError: division by zero\n"
+    );
+    let syntax = exits(Py, "def f(:\n    pass", 1).await;
+    assert!(syntax.stderr.starts_with("  File \"main.py\", line 1"), "{syntax:#?}");
+    assert!(syntax.stderr.ends_with("SyntaxError: invalid syntax\n"), "{syntax:#?}");
+}
+
+#[tokio::test]
+async fn python_name_is_main_and_top_level_await_works() {
+    let outcome = exits(Py, "import asyncio\nawait asyncio.sleep(0.01)\nprint(__name__)", 0).await;
+    assert_eq!(outcome.stdout, "__main__\n");
+}
+
+#[tokio::test]
+async fn stdin_reaches_the_program() {
+    let mut job = spec(Py, "name = input()\nrest = __import__('sys').stdin.read()\nprint(f'hello {name}', repr(rest))");
+    job.stdin = "runbox\nline two\n".into();
+    let outcome = run_spec(&job).await;
+    assert_eq!(outcome.stdout, "hello runbox 'line two\\n'\n", "{outcome:#?}");
+
+    let mut job =
+        spec(Js, "const text = await new Response(Deno.stdin.readable).text(); console.log(JSON.stringify(text));");
+    job.stdin = "a\nb\u{e9}".into();
+    let outcome = run_spec(&job).await;
+    assert_eq!(outcome.stdout, "\"a\\nb\u{e9}\"\n", "{outcome:#?}");
+}
+
+#[tokio::test]
+async fn program_that_ignores_a_large_stdin_still_runs() {
+    let mut job = spec(Js, "console.log('ignored')");
+    job.stdin = "z".repeat(4 * 1024 * 1024);
+    let outcome = run_spec(&job).await;
+    assert_eq!((outcome.status, outcome.stdout.as_str()), (Status::Completed, "ignored\n"));
+}
+
+#[tokio::test]
+async fn invalid_utf8_is_replaced() {
+    let outcome = exits(Js, "Deno.stdout.writeSync(new Uint8Array([0x61, 0xff, 0xfe, 0x62]))", 0).await;
+    assert_eq!(outcome.stdout, "a\u{fffd}\u{fffd}b");
+    let outcome =
+        exits(Py, "import sys\nsys.stdout.buffer.write(b'a\\xffb')\nsys.stderr.buffer.write(b'\\xc3')", 0).await;
+    assert_eq!((outcome.stdout.as_str(), outcome.stderr.as_str()), ("a\u{fffd}b", "\u{fffd}"));
+}
+
+#[tokio::test]
+async fn long_line_without_newline() {
+    let outcome = exits(Js, "Deno.stdout.writeSync(new TextEncoder().encode('q'.repeat(50000)))", 0).await;
+    assert_eq!(outcome.stdout, "q".repeat(50000));
+    let outcome = exits(Py, "import sys\nsys.stdout.write('q' * 50000)", 0).await;
+    assert_eq!(outcome.stdout, "q".repeat(50000));
+}
+
+#[tokio::test]
+async fn nul_bytes_pass_through() {
+    let outcome = exits(Js, "Deno.stdout.writeSync(new Uint8Array([0x61, 0, 0x62]))", 0).await;
+    assert_eq!(outcome.stdout, "a\0b");
+    let outcome = exits(Py, "print('a\\0b', end='')", 0).await;
+    assert_eq!(outcome.stdout, "a\0b");
+}
+
+#[tokio::test]
+async fn unicode_round_trips() {
+    let outcome = exits(Py, "print('h\u{e9}llo \u{1f600}')", 0).await;
+    assert_eq!(outcome.stdout, "h\u{e9}llo \u{1f600}\n");
+    let outcome = exits(Js, "console.log('h\u{e9}llo \u{1f600}')", 0).await;
+    assert_eq!(outcome.stdout, "h\u{e9}llo \u{1f600}\n");
+}

@@ -1,0 +1,137 @@
+use std::path::Path;
+use std::time::Duration;
+
+use runbox_common::{JobSpec, Language, Outcome, Status};
+use runbox_worker::sandbox::{Limits, Runtime, Sandbox};
+use tokio::sync::OnceCell;
+use tokio_util::sync::CancellationToken;
+
+pub use runbox_common::Language::{Javascript as Js, Python as Py, Typescript as Ts};
+
+/// The limits probes run under: a short default timeout so runaway probes
+/// end quickly, and a small output cap so flood probes hit it.
+pub fn limits() -> Limits {
+    Limits {
+        default_timeout: Duration::from_secs(20),
+        max_timeout: Duration::from_secs(60),
+        memory_mb: 256,
+        max_output_bytes: 64 * 1024,
+    }
+}
+
+/// The sandbox every probe shares, with the isolation layers probed once.
+pub async fn sandbox() -> &'static Sandbox {
+    static SANDBOX: OnceCell<Sandbox> = OnceCell::const_new();
+    SANDBOX
+        .get_or_init(|| async {
+            let runtime = Runtime::locate(Path::new(runbox_worker::sandbox::DEFAULT_RUNTIME_DIR))
+                .expect("runtime installed: run scripts/setup");
+            assert!(runtime.snapshot.is_some(), "Pyodide snapshot missing: run scripts/setup");
+            Sandbox::new(runtime, limits(), std::env::temp_dir()).await.expect("sandbox starts")
+        })
+        .await
+}
+
+/// A sandbox like the shared one, but with its own `limits` and job
+/// directories made under `work_dir`.
+pub async fn sandbox_with(limits: Limits, work_dir: &Path) -> Sandbox {
+    let shared = sandbox().await;
+    Sandbox { runtime: shared.runtime.clone(), limits, isolation: shared.isolation, work_dir: work_dir.to_owned() }
+}
+
+pub fn spec(language: Language, code: &str) -> JobSpec {
+    JobSpec { language, code: code.to_owned(), stdin: String::new(), timeout_ms: None }
+}
+
+pub async fn run(language: Language, code: &str) -> Outcome {
+    run_spec(&spec(language, code)).await
+}
+
+pub async fn run_spec(spec: &JobSpec) -> Outcome {
+    sandbox().await.run(spec, &CancellationToken::new()).await
+}
+
+/// The program ran, failed, and said why on stderr.
+#[track_caller]
+pub fn assert_fails_with(outcome: &Outcome, needle: &str) {
+    assert_eq!(outcome.status, Status::Completed, "{outcome:#?}");
+    assert_eq!(outcome.exit_code, Some(1), "{outcome:#?}");
+    assert!(outcome.stderr.contains(needle), "stderr lacks {needle:?}: {outcome:#?}");
+}
+
+#[track_caller]
+pub fn assert_status(outcome: &Outcome, status: Status) {
+    assert_eq!(outcome.status, status, "{outcome:#?}");
+}
+
+/// A loopback TCP listener that records whether anything connected.
+pub struct Listener {
+    inner: std::net::TcpListener,
+    pub port: u16,
+}
+
+impl Listener {
+    pub fn open() -> Listener {
+        let inner = std::net::TcpListener::bind("127.0.0.1:0").expect("bind loopback");
+        inner.set_nonblocking(true).expect("nonblocking");
+        let port = inner.local_addr().expect("addr").port();
+        Listener { inner, port }
+    }
+
+    #[track_caller]
+    pub fn assert_untouched(&self) {
+        match self.inner.accept() {
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            other => panic!("the listener saw a connection: {other:?}"),
+        }
+    }
+}
+
+/// A directory the test owns, readable by the unprivileged uid the sandbox
+/// may run children as, so a probe fails for the sandbox's reasons only.
+pub fn outside_dir() -> tempfile::TempDir {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).expect("chmod");
+    dir
+}
+
+/// Reads the resident memory of `pid` in bytes, if it is still alive.
+pub fn rss_bytes(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024)
+}
+
+/// Runs the `runbox-worker exec` CLI on `code` with extra environment
+/// variables, returning its outcome and the highest resident memory seen.
+pub async fn exec_cli(language: Language, code: &str, env: &[(&str, &str)], extra: &[&str]) -> (Outcome, u64) {
+    use tokio::io::AsyncWriteExt;
+    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_runbox-worker"));
+    command
+        .args(["exec", "--language", language.as_str(), "-"])
+        .args(extra)
+        .envs(env.iter().copied())
+        .env("RUST_LOG", "warn")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::inherit());
+    let mut child = command.spawn().expect("spawn runbox-worker");
+    let pid = child.id().expect("pid");
+    let mut stdin = child.stdin.take().expect("stdin");
+    stdin.write_all(code.as_bytes()).await.expect("write program");
+    drop(stdin);
+    let sampler = tokio::spawn(async move {
+        let mut peak = 0;
+        while let Some(rss) = rss_bytes(pid) {
+            peak = peak.max(rss);
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        peak
+    });
+    let output = child.wait_with_output().await.expect("runbox-worker runs");
+    assert!(output.status.success(), "runbox-worker exec failed: {output:?}");
+    let outcome = serde_json::from_slice(&output.stdout).expect("outcome JSON");
+    (outcome, sampler.await.expect("sampler"))
+}
