@@ -5,12 +5,23 @@
 //!
 //! # Layout
 //!
-//! - `config`: reading typed configuration from the environment.
 //! - `job`: what a client asks to run ([`Language`], [`JobSpec`]) and what
 //!   comes back ([`Status`], [`Outcome`]).
+//! - `sign`: HMAC signatures that let a worker trust a job ([`SigningKey`]).
+//! - [`keys`]: every Redis key and channel name.
+//! - `queue`: the queue operations on Redis ([`Queue`]).
+//! - `config`: reading typed configuration from the environment.
+//! - `time`: timestamps as stored.
 
 mod config;
 mod job;
+pub mod keys;
+mod queue;
+mod sign;
+mod time;
 
 pub use config::{ConfigError, env_or, env_required};
-pub use job::{JobSpec, Language, Outcome, Status};
+pub use job::{JobSpec, Language, Outcome, Status, UnknownLanguage};
+pub use queue::{Cancelled, Claimed, Enqueued, JobRecord, Queue, QueueError};
+pub use sign::{MIN_SIGNING_KEY_BYTES, SigningKey};
+pub use time::{now_rfc3339, now_unix_ms};

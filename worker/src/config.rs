@@ -1,7 +1,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use runbox_common::{ConfigError, env_or};
+use runbox_common::{ConfigError, SigningKey, env_or, env_required};
 
 use crate::sandbox::{DEFAULT_RUNTIME_DIR, Limits};
 
@@ -52,4 +52,71 @@ impl SandboxConfig {
 
 fn millis(duration: Duration) -> u64 {
     u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// Everything a queue worker needs, read from the environment once.
+#[derive(Debug, Clone)]
+pub struct WorkerConfig {
+    /// `REDIS_URL`.
+    pub redis_url: String,
+    /// `RUNBOX_QUEUE`: the queue to serve.
+    pub queue: String,
+    /// `RUNBOX_SIGNING_KEY`: verifies every job before it runs.
+    pub signing_key: SigningKey,
+    /// `RUNBOX_WORKER_NAME`: this worker's consumer name; unique per process.
+    pub name: String,
+    /// `RUNBOX_WORKER_CONCURRENCY`: jobs run at once.
+    pub concurrency: usize,
+    /// `RUNBOX_RESULT_TTL_S`: how long finished jobs are kept.
+    pub result_ttl: Duration,
+    /// `RUNBOX_MAX_DELIVERIES`: deliveries after which a job is `worker_lost`.
+    pub max_deliveries: u64,
+    /// `RUNBOX_RECLAIM_IDLE_MS`: how long an entry may sit with a silent
+    /// worker before another takes it. Defaults to the longest timeout plus
+    /// 30 s, so a job still running is never taken from a live worker.
+    pub reclaim_idle: Duration,
+    /// `RUNBOX_SHUTDOWN_GRACE_MS`: on SIGTERM, how long running jobs may
+    /// finish before they are killed and left for another worker.
+    pub shutdown_grace: Duration,
+    /// `RUNBOX_METRICS_PORT`: serve `/metrics` and `/healthz` here if set.
+    pub metrics_port: Option<u16>,
+    pub sandbox: SandboxConfig,
+}
+
+impl WorkerConfig {
+    pub fn from_env() -> Result<WorkerConfig, ConfigError> {
+        let sandbox = SandboxConfig::from_env()?;
+        let default_concurrency = std::thread::available_parallelism().map_or(2, usize::from);
+        let concurrency = env_or("RUNBOX_WORKER_CONCURRENCY", default_concurrency)?;
+        if concurrency == 0 {
+            return Err(ConfigError::Invalid {
+                name: "RUNBOX_WORKER_CONCURRENCY",
+                value: "0".into(),
+                reason: "must be at least 1".into(),
+            });
+        }
+        let default_idle = sandbox.limits.max_timeout + Duration::from_secs(30);
+        let host =
+            nix::unistd::gethostname().ok().and_then(|h| h.into_string().ok()).unwrap_or_else(|| "worker".into());
+        let suffix = uuid::Uuid::new_v4().simple().to_string();
+        Ok(WorkerConfig {
+            redis_url: env_or("REDIS_URL", "redis://127.0.0.1:6379".to_owned())?,
+            queue: env_or("RUNBOX_QUEUE", "default".to_owned())?,
+            signing_key: SigningKey::new(env_required(
+                "RUNBOX_SIGNING_KEY",
+                "the key the api signs jobs with; the same value must be given to the api",
+            )?)?,
+            name: env_or("RUNBOX_WORKER_NAME", format!("{host}-{}", &suffix[..8]))?,
+            concurrency,
+            result_ttl: Duration::from_secs(env_or("RUNBOX_RESULT_TTL_S", 3600)?),
+            max_deliveries: env_or("RUNBOX_MAX_DELIVERIES", 3)?,
+            reclaim_idle: Duration::from_millis(env_or("RUNBOX_RECLAIM_IDLE_MS", millis(default_idle))?),
+            shutdown_grace: Duration::from_millis(env_or("RUNBOX_SHUTDOWN_GRACE_MS", 30_000)?),
+            metrics_port: match std::env::var("RUNBOX_METRICS_PORT") {
+                Ok(port) if !port.trim().is_empty() => Some(env_or("RUNBOX_METRICS_PORT", 0)?),
+                _ => None,
+            },
+            sandbox,
+        })
+    }
 }

@@ -1,16 +1,37 @@
-//! The runbox worker: runs untrusted programs in single-use Deno children.
+//! The runbox worker: claims jobs from the queue and runs each untrusted
+//! program in a single-use, deny-all Deno child.
 //!
 //! # Layout
 //!
-//! - [`sandbox`]: builds, runs and reaps one deny-all Deno child per job,
-//!   and enforces the time, memory and output limits.
-//! - [`config`]: the worker's settings, read from the environment once.
+//! - [`sandbox`]: builds, runs and reaps one Deno child per job, and
+//!   enforces the time, memory and output limits.
+//! - `service`: the queue side: claim, verify, run, write back, reclaim
+//!   from dead workers, cancel, drain on shutdown.
+//! - `metrics`: every metric the worker exports.
+//! - `config`: settings, read from the environment once.
 
-pub mod config;
+mod config;
+mod metrics;
 pub mod sandbox;
+mod service;
 
-pub use config::SandboxConfig;
+use std::future::Future;
+use std::sync::Arc;
+
+pub use config::{SandboxConfig, WorkerConfig};
+pub use metrics::Metrics;
 pub use sandbox::{Sandbox, SandboxError};
+
+/// Why the worker could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum WorkerError {
+    #[error(transparent)]
+    Sandbox(#[from] SandboxError),
+    #[error(transparent)]
+    Queue(#[from] runbox_common::QueueError),
+    #[error("metrics server: {0}")]
+    Metrics(std::io::Error),
+}
 
 /// Builds a sandbox from `config`, probing which isolation layers work here.
 pub async fn sandbox(config: &SandboxConfig) -> Result<Sandbox, SandboxError> {
@@ -24,4 +45,19 @@ pub async fn sandbox(config: &SandboxConfig) -> Result<Sandbox, SandboxError> {
     let sandbox = Sandbox::new(runtime, config.limits.clone(), config.work_dir.clone()).await?;
     tracing::info!(layers = ?sandbox.isolation.layers(), "sandbox ready");
     Ok(sandbox)
+}
+
+/// Runs a queue worker until `shutdown` resolves, then drains gracefully.
+pub async fn run(config: WorkerConfig, shutdown: impl Future<Output = ()>) -> Result<(), WorkerError> {
+    let sandbox = sandbox(&config.sandbox).await?;
+    let metrics = Arc::new(Metrics::new());
+    if let Some(port) = config.metrics_port {
+        let listener = tokio::net::TcpListener::bind(("0.0.0.0", port)).await.map_err(WorkerError::Metrics)?;
+        let metrics = metrics.clone();
+        let app = axum::Router::new()
+            .route("/metrics", axum::routing::get(move || async move { metrics.render() }))
+            .route("/healthz", axum::routing::get(|| async { "ok" }));
+        tokio::spawn(async move { axum::serve(listener, app).await });
+    }
+    Ok(service::run(config, sandbox, metrics, shutdown).await?)
 }

@@ -4,20 +4,22 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use runbox_common::{JobSpec, Language};
-use runbox_worker::SandboxConfig;
+use runbox_worker::{SandboxConfig, WorkerConfig};
 use tokio_util::sync::CancellationToken;
 
+/// With no subcommand, serves the queue: claims jobs from Redis and runs
+/// them until SIGTERM or Ctrl-C. Settings come from the RUNBOX_* variables.
 #[derive(Parser)]
 #[command(name = "runbox-worker", about = "Runs untrusted code in single-use, deny-all Deno children.")]
 struct Cli {
     #[command(subcommand)]
-    command: Command,
+    command: Option<Command>,
 }
 
 #[derive(Subcommand)]
 enum Command {
     /// Runs one file through the sandbox, exactly as a job would run, and
-    /// prints the outcome as JSON. Limits come from the RUNBOX_* variables.
+    /// prints the outcome as JSON. Needs no Redis.
     Exec {
         /// python, javascript or typescript (or py, js, ts).
         #[arg(long, short)]
@@ -36,7 +38,7 @@ enum Command {
 fn main() -> ExitCode {
     init_tracing();
     match run() {
-        Ok(code) => code,
+        Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("runbox-worker: {e:#}");
             ExitCode::FAILURE
@@ -44,22 +46,38 @@ fn main() -> ExitCode {
     }
 }
 
-fn run() -> anyhow::Result<ExitCode> {
+fn run() -> anyhow::Result<()> {
     let cli = Cli::parse();
     let runtime = tokio::runtime::Runtime::new().context("starting tokio")?;
     match cli.command {
-        Command::Exec { language, file, stdin, timeout_ms } => runtime.block_on(async {
+        None => {
+            let config = WorkerConfig::from_env()?;
+            runtime.block_on(runbox_worker::run(config, shutdown_signal()))?;
+        }
+        Some(Command::Exec { language, file, stdin, timeout_ms }) => runtime.block_on(async {
             let code = if file.as_os_str() == "-" {
                 std::io::read_to_string(std::io::stdin()).context("reading the program from stdin")?
             } else {
                 std::fs::read_to_string(&file).with_context(|| format!("reading {}", file.display()))?
             };
-            let config = SandboxConfig::from_env()?;
-            let sandbox = runbox_worker::sandbox(&config).await?;
+            let sandbox = runbox_worker::sandbox(&SandboxConfig::from_env()?).await?;
             let outcome = sandbox.run(&JobSpec { language, code, stdin, timeout_ms }, &CancellationToken::new()).await;
             println!("{}", serde_json::to_string_pretty(&outcome)?);
-            Ok(ExitCode::SUCCESS)
-        }),
+            anyhow::Ok(())
+        })?,
+    }
+    Ok(())
+}
+
+/// Resolves on SIGTERM or SIGINT.
+async fn shutdown_signal() {
+    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(term) => term,
+        Err(_) => return std::future::pending().await,
+    };
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = tokio::signal::ctrl_c() => {}
     }
 }
 

@@ -1,0 +1,99 @@
+use std::time::Duration;
+
+use runbox_common::{ConfigError, SigningKey, env_or, env_required};
+
+use crate::auth::Tokens;
+
+/// The api's settings, read from the environment once at start-up.
+#[derive(Debug, Clone)]
+pub struct ApiConfig {
+    /// `RUNBOX_API_TOKENS`: `name:token` pairs, comma-separated. Required.
+    pub tokens: Tokens,
+    /// `RUNBOX_SIGNING_KEY`: signs every job for the workers. Required.
+    pub signing_key: SigningKey,
+    /// `REDIS_URL`.
+    pub redis_url: String,
+    /// `RUNBOX_QUEUE`.
+    pub queue: String,
+    /// `PORT`: where the api listens.
+    pub port: u16,
+    pub limits: ApiLimits,
+}
+
+/// What the api accepts.
+#[derive(Debug, Clone)]
+pub struct ApiLimits {
+    /// `RUNBOX_MAX_QUEUE`: queued plus running jobs before 503 `queue_full`.
+    pub max_queue: u64,
+    /// `RUNBOX_MAX_TIMEOUT_MS`: the largest `timeout_ms` a job may ask for.
+    pub max_timeout_ms: u64,
+    /// `RUNBOX_DEFAULT_TIMEOUT_MS`: what a job without `timeout_ms` gets.
+    pub default_timeout_ms: u64,
+    /// `RUNBOX_MAX_CODE_BYTES`.
+    pub max_code_bytes: usize,
+    /// `RUNBOX_MAX_STDIN_BYTES`.
+    pub max_stdin_bytes: usize,
+    /// `RUNBOX_RESULT_TTL_S`: how long cancelled jobs are kept (workers
+    /// apply it to the jobs they finish).
+    pub result_ttl: Duration,
+}
+
+/// The longest `?wait=` a request may ask for.
+pub const MAX_WAIT_S: u64 = 60;
+
+impl ApiLimits {
+    /// The request body limit: room for the largest code and stdin even if
+    /// JSON escaping doubles them, plus the other fields.
+    pub fn max_body_bytes(&self) -> usize {
+        2 * (self.max_code_bytes + self.max_stdin_bytes) + 64 * 1024
+    }
+}
+
+impl Default for ApiLimits {
+    fn default() -> Self {
+        ApiLimits {
+            max_queue: 1000,
+            max_timeout_ms: 60_000,
+            default_timeout_ms: 10_000,
+            max_code_bytes: 256 * 1024,
+            max_stdin_bytes: 1024 * 1024,
+            result_ttl: Duration::from_secs(3600),
+        }
+    }
+}
+
+impl ApiConfig {
+    pub fn from_env() -> Result<ApiConfig, ConfigError> {
+        let tokens = env_required(
+            "RUNBOX_API_TOKENS",
+            "comma-separated name:token pairs, e.g. `agent:$(openssl rand -hex 24)`",
+        )?;
+        let d = ApiLimits::default();
+        let limits = ApiLimits {
+            max_queue: env_or("RUNBOX_MAX_QUEUE", d.max_queue)?,
+            max_timeout_ms: env_or("RUNBOX_MAX_TIMEOUT_MS", d.max_timeout_ms)?,
+            default_timeout_ms: env_or("RUNBOX_DEFAULT_TIMEOUT_MS", d.default_timeout_ms)?,
+            max_code_bytes: env_or("RUNBOX_MAX_CODE_BYTES", d.max_code_bytes)?,
+            max_stdin_bytes: env_or("RUNBOX_MAX_STDIN_BYTES", d.max_stdin_bytes)?,
+            result_ttl: Duration::from_secs(env_or("RUNBOX_RESULT_TTL_S", d.result_ttl.as_secs())?),
+        };
+        if limits.default_timeout_ms > limits.max_timeout_ms {
+            return Err(ConfigError::Invalid {
+                name: "RUNBOX_DEFAULT_TIMEOUT_MS",
+                value: limits.default_timeout_ms.to_string(),
+                reason: "must not exceed RUNBOX_MAX_TIMEOUT_MS".into(),
+            });
+        }
+        Ok(ApiConfig {
+            tokens: Tokens::parse(&tokens)?,
+            signing_key: SigningKey::new(env_required(
+                "RUNBOX_SIGNING_KEY",
+                "a secret of at least 32 bytes, distinct from every api token, shared with the workers",
+            )?)?,
+            redis_url: env_or("REDIS_URL", "redis://127.0.0.1:6379".to_owned())?,
+            queue: env_or("RUNBOX_QUEUE", "default".to_owned())?,
+            port: env_or("PORT", 8080)?,
+            limits,
+        })
+    }
+}

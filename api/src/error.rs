@@ -1,0 +1,72 @@
+//! The one place errors become HTTP responses. Every body has the shape
+//! `{"error": {"code": "...", "message": "..."}}`; a 5xx says nothing
+//! internal, and its cause goes to the log.
+
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde_json::json;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    #[error("missing or invalid bearer token")]
+    Unauthorized,
+    #[error("{0}")]
+    InvalidJson(String),
+    #[error("{0}")]
+    InvalidField(String),
+    #[error("{0}")]
+    UnknownField(String),
+    #[error("wait must be a whole number of seconds from 0 to {max}", max = crate::config::MAX_WAIT_S)]
+    InvalidWait,
+    #[error("send the job as JSON with Content-Type: application/json")]
+    UnsupportedMediaType,
+    #[error("{message}")]
+    TooLarge { code: &'static str, message: String },
+    #[error("no job with that id")]
+    NotFound,
+    #[error("the queue is full; retry after the Retry-After delay")]
+    QueueFull,
+    #[error("the queue is unavailable; retry shortly")]
+    Unavailable(#[source] runbox_common::QueueError),
+}
+
+impl ApiError {
+    fn status_and_code(&self) -> (StatusCode, &'static str) {
+        match self {
+            ApiError::Unauthorized => (StatusCode::UNAUTHORIZED, "unauthorized"),
+            ApiError::InvalidJson(_) => (StatusCode::BAD_REQUEST, "invalid_json"),
+            ApiError::InvalidField(_) => (StatusCode::BAD_REQUEST, "invalid_field"),
+            ApiError::UnknownField(_) => (StatusCode::BAD_REQUEST, "unknown_field"),
+            ApiError::InvalidWait => (StatusCode::BAD_REQUEST, "invalid_wait"),
+            ApiError::UnsupportedMediaType => (StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type"),
+            ApiError::TooLarge { code, .. } => (StatusCode::PAYLOAD_TOO_LARGE, code),
+            ApiError::NotFound => (StatusCode::NOT_FOUND, "not_found"),
+            ApiError::QueueFull => (StatusCode::SERVICE_UNAVAILABLE, "queue_full"),
+            ApiError::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
+        }
+    }
+}
+
+impl From<runbox_common::QueueError> for ApiError {
+    fn from(e: runbox_common::QueueError) -> Self {
+        ApiError::Unavailable(e)
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let (status, code) = self.status_and_code();
+        if let ApiError::Unavailable(cause) = &self {
+            tracing::error!(error = %cause, "redis unavailable");
+        }
+        let body = json!({ "error": { "code": code, "message": self.to_string() } });
+        let mut response = (status, axum::Json(body)).into_response();
+        if status == StatusCode::SERVICE_UNAVAILABLE {
+            response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        }
+        if status == StatusCode::UNAUTHORIZED {
+            response.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        }
+        response
+    }
+}

@@ -1,0 +1,174 @@
+//! The `/v1/jobs` handlers.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use runbox_common::{Enqueued, JobRecord, Status, now_rfc3339};
+use serde::Serialize;
+use serde_json::json;
+use tokio::time::Instant;
+
+use crate::AppState;
+use crate::auth::Caller;
+use crate::error::ApiError;
+use crate::validate;
+
+/// How long a DELETE waits for the worker to confirm the kill.
+const CANCEL_CONFIRM: Duration = Duration::from_secs(2);
+
+/// A waiter re-reads the job this often even without a notification, as a
+/// backstop for a completion published while the subscription was down.
+const RECHECK_EVERY: Duration = Duration::from_secs(5);
+
+/// The job object every route returns.
+#[derive(Serialize)]
+pub struct JobView {
+    id: String,
+    status: String,
+    language: String,
+    stdout: Option<String>,
+    stderr: Option<String>,
+    exit_code: Option<i32>,
+    duration_ms: Option<u64>,
+    stdout_truncated: bool,
+    stderr_truncated: bool,
+    created_at: Option<String>,
+    started_at: Option<String>,
+    finished_at: Option<String>,
+}
+
+impl From<JobRecord> for JobView {
+    fn from(record: JobRecord) -> Self {
+        let outcome = record.outcome;
+        JobView {
+            id: record.id,
+            status: record.status,
+            language: record.language,
+            stdout: outcome.as_ref().map(|o| o.stdout.clone()),
+            stderr: outcome.as_ref().map(|o| o.stderr.clone()),
+            exit_code: outcome.as_ref().and_then(|o| o.exit_code),
+            duration_ms: outcome.as_ref().map(|o| o.duration_ms),
+            stdout_truncated: outcome.as_ref().is_some_and(|o| o.stdout_truncated),
+            stderr_truncated: outcome.as_ref().is_some_and(|o| o.stderr_truncated),
+            created_at: record.created_at,
+            started_at: record.started_at,
+            finished_at: record.finished_at,
+        }
+    }
+}
+
+fn is_final(record: &JobRecord) -> bool {
+    !matches!(record.status.as_str(), "queued" | "running")
+}
+
+pub async fn submit(
+    State(state): State<AppState>,
+    caller: Caller,
+    Query(query): Query<HashMap<String, String>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    let wait = validate::wait_seconds(query.get("wait").map(String::as_str))?;
+    let is_json = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .is_some_and(|v| v.trim().eq_ignore_ascii_case("application/json"));
+    if !is_json {
+        return Err(ApiError::UnsupportedMediaType);
+    }
+    let spec = validate::job_spec(&body, &state.config.limits)?;
+
+    let id = uuid::Uuid::new_v4().to_string();
+    let payload = serde_json::to_string(&spec).map_err(|e| ApiError::InvalidJson(e.to_string()))?;
+    let signature = state.config.signing_key.sign(&id, &payload);
+    let enqueued = state
+        .queue
+        .enqueue(
+            &id,
+            &caller.0,
+            spec.language.as_str(),
+            &payload,
+            &signature,
+            state.config.limits.max_queue,
+            &now_rfc3339(),
+        )
+        .await?;
+    if enqueued == Enqueued::Full {
+        state.metrics.queue_full.inc();
+        return Err(ApiError::QueueFull);
+    }
+    state.metrics.jobs_submitted.with_label_values(&[spec.language.as_str()]).inc();
+    tracing::info!(%id, language = %spec.language, "job queued");
+
+    if wait > 0
+        && let Some(record) = wait_for(&state, &id, Duration::from_secs(wait)).await?
+        && is_final(&record)
+    {
+        return Ok((StatusCode::OK, Json(JobView::from(record))).into_response());
+    }
+    Ok((StatusCode::ACCEPTED, Json(json!({ "id": id, "status": Status::Queued.as_str() }))).into_response())
+}
+
+pub async fn get(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+    Query(query): Query<HashMap<String, String>>,
+) -> Result<Json<JobView>, ApiError> {
+    let wait = validate::wait_seconds(query.get("wait").map(String::as_str))?;
+    let record = wait_for(&state, &id, Duration::from_secs(wait)).await?;
+    Ok(Json(owned(record, &caller)?.into()))
+}
+
+pub async fn cancel(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> Result<Json<JobView>, ApiError> {
+    owned(state.queue.get(&id).await?, &caller)?;
+    let ttl = state.config.limits.result_ttl;
+    let cancelled = state.queue.cancel(&id, &now_rfc3339(), ttl).await?;
+    tracing::info!(%id, ?cancelled, "cancel requested");
+    // A running job ends when its worker has killed the child; wait briefly
+    // for that so the answer shows the final state.
+    let record = wait_for(&state, &id, CANCEL_CONFIRM).await?;
+    Ok(Json(owned(record, &caller)?.into()))
+}
+
+/// A record the caller may see, or 404: another token's job is as good as
+/// absent, so ids cannot be probed.
+fn owned(record: Option<JobRecord>, caller: &Caller) -> Result<JobRecord, ApiError> {
+    record.filter(|r| r.owner == caller.0).ok_or(ApiError::NotFound)
+}
+
+/// Reads job `id`, waiting up to `wait` for it to reach a final status.
+async fn wait_for(state: &AppState, id: &str, wait: Duration) -> Result<Option<JobRecord>, ApiError> {
+    if uuid::Uuid::parse_str(id).is_err() {
+        return Ok(None);
+    }
+    let deadline = Instant::now() + wait;
+    let registration = state.waiters.register(id);
+    state.metrics.waiters.set(i64::try_from(state.waiters.len()).unwrap_or(i64::MAX));
+    loop {
+        // Listen before reading, so a completion in between still wakes us.
+        let notified = registration.notify.notified();
+        tokio::pin!(notified);
+        notified.as_mut().enable();
+        let record = state.queue.get(id).await?;
+        let done = record.as_ref().is_none_or(is_final);
+        if done || Instant::now() >= deadline {
+            return Ok(record);
+        }
+        let recheck = (Instant::now() + RECHECK_EVERY).min(deadline);
+        tokio::select! {
+            () = notified => {}
+            () = tokio::time::sleep_until(recheck) => {}
+        }
+    }
+}

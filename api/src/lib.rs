@@ -1,0 +1,156 @@
+//! The runbox api: a thin, stateless HTTP front for the job queue.
+//!
+//! It authenticates each request, validates and signs each job, enqueues
+//! it in Redis (or answers 503 at once when the queue is full), and serves
+//! results by poll and long-poll. It never runs code.
+//!
+//! # Layout
+//!
+//! - `jobs`: the `/v1/jobs` handlers and the job object.
+//! - `validate`: request body → job spec, with errors that say what to fix.
+//! - `auth`: bearer tokens, compared in constant time.
+//! - `waiters`: long-poll fan-out over one pub/sub subscription.
+//! - `error`: the one mapping from errors to HTTP responses.
+//! - `metrics`: every metric the api exports.
+//! - `config`: settings, read from the environment once.
+
+mod auth;
+mod config;
+mod error;
+mod jobs;
+mod metrics;
+mod validate;
+mod waiters;
+
+use std::future::Future;
+use std::sync::Arc;
+
+use axum::extract::{DefaultBodyLimit, State};
+use axum::http::StatusCode;
+use axum::response::IntoResponse;
+use axum::routing::get;
+use axum::{Json, Router, middleware};
+use runbox_common::{Language, Queue, QueueError, now_unix_ms};
+use serde_json::{Value, json};
+
+pub use config::{ApiConfig, ApiLimits};
+pub use error::ApiError;
+pub use metrics::Metrics;
+use waiters::Waiters;
+
+/// A worker whose heartbeat is older than this is not reported as live.
+const WORKER_STALE_MS: u64 = 30_000;
+
+/// What every handler shares.
+#[derive(Clone)]
+pub struct AppState {
+    config: Arc<ApiConfig>,
+    queue: Queue,
+    waiters: Arc<Waiters>,
+    metrics: Arc<Metrics>,
+}
+
+impl AppState {
+    /// Connects (lazily) to Redis and starts the completion listener.
+    pub fn new(config: ApiConfig) -> Result<AppState, QueueError> {
+        let queue = Queue::connect(&config.redis_url, &config.queue)?;
+        let waiters = Arc::new(Waiters::default());
+        tokio::spawn(waiters::listen(queue.clone(), waiters.clone()));
+        Ok(AppState { config: Arc::new(config), queue, waiters, metrics: Arc::new(Metrics::new()) })
+    }
+}
+
+/// The whole HTTP surface.
+pub fn app(state: AppState) -> Router {
+    let v1 = Router::new()
+        .route("/v1/jobs", axum::routing::post(jobs::submit))
+        .route("/v1/jobs/{id}", get(jobs::get).delete(jobs::cancel))
+        .route("/v1/runtimes", get(runtimes))
+        .route("/metrics", get(metrics))
+        .layer(DefaultBodyLimit::max(state.config.limits.max_body_bytes()))
+        .route_layer(middleware::from_fn_with_state(state.clone(), auth::require_token));
+    Router::new()
+        .merge(v1)
+        .route("/healthz", get(|| async { Json(json!({ "status": "ok" })) }))
+        .route("/readyz", get(readyz))
+        .fallback(|| async { ApiError::NotFound })
+        .layer(
+            tower_http::trace::TraceLayer::new_for_http().make_span_with(|request: &axum::http::Request<_>| {
+                tracing::info_span!("request", method = %request.method(), path = %request.uri().path(), caller = tracing::field::Empty)
+            }),
+        )
+        .with_state(state)
+}
+
+/// Serves the api on `listener` until `shutdown` resolves, then finishes
+/// the requests in flight.
+pub async fn run(
+    config: ApiConfig,
+    listener: tokio::net::TcpListener,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), std::io::Error> {
+    let state = AppState::new(config).map_err(std::io::Error::other)?;
+    if let Err(e) = state.queue.ensure_group().await {
+        tracing::warn!(error = %e, "redis is not reachable yet; /readyz will say so until it is");
+    }
+    tracing::info!(addr = %listener.local_addr()?, "api listening");
+    axum::serve(listener, app(state)).with_graceful_shutdown(shutdown).await
+}
+
+async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
+    match state.queue.ping().await {
+        Ok(()) => (StatusCode::OK, Json(json!({ "status": "ready" }))),
+        Err(e) => {
+            tracing::warn!(error = %e, "not ready: redis unreachable");
+            (StatusCode::SERVICE_UNAVAILABLE, Json(json!({ "status": "redis unreachable" })))
+        }
+    }
+}
+
+async fn runtimes(State(state): State<AppState>) -> Result<Json<Value>, ApiError> {
+    let now = now_unix_ms();
+    let workers: Vec<Value> = state
+        .queue
+        .workers()
+        .await?
+        .iter()
+        .filter_map(|w| serde_json::from_str::<Value>(w).ok())
+        .filter(|w| {
+            w.get("seen_at_ms").and_then(Value::as_u64).is_some_and(|seen| now.saturating_sub(seen) < WORKER_STALE_MS)
+        })
+        .collect();
+    let limits = &state.config.limits;
+    Ok(Json(json!({
+        "languages": Language::ALL.map(Language::as_str),
+        "limits": {
+            "default_timeout_ms": limits.default_timeout_ms,
+            "max_timeout_ms": limits.max_timeout_ms,
+            "max_code_bytes": limits.max_code_bytes,
+            "max_stdin_bytes": limits.max_stdin_bytes,
+            "max_queue": limits.max_queue,
+            "max_wait_s": config::MAX_WAIT_S,
+        },
+        "workers": workers,
+    })))
+}
+
+async fn metrics(State(state): State<AppState>) -> Result<String, ApiError> {
+    let m = &state.metrics;
+    m.queue_depth.set(i64::try_from(state.queue.depth().await?).unwrap_or(i64::MAX));
+    let oldest = state.queue.oldest_queued_age(now_unix_ms()).await?;
+    m.oldest_queued_age_seconds.set(oldest.map_or(0, |age| i64::try_from(age.as_secs()).unwrap_or(i64::MAX)));
+    let now = now_unix_ms();
+    let live = state
+        .queue
+        .workers()
+        .await?
+        .iter()
+        .filter_map(|w| serde_json::from_str::<Value>(w).ok())
+        .filter(|w| {
+            w.get("seen_at_ms").and_then(Value::as_u64).is_some_and(|seen| now.saturating_sub(seen) < WORKER_STALE_MS)
+        })
+        .count();
+    m.workers.set(i64::try_from(live).unwrap_or(i64::MAX));
+    m.waiters.set(i64::try_from(state.waiters.len()).unwrap_or(i64::MAX));
+    Ok(m.render())
+}

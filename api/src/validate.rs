@@ -1,0 +1,140 @@
+//! Turns a request body into a [`JobSpec`], or into an error that names the
+//! field and says what to fix. Nothing here panics on input.
+
+use runbox_common::{JobSpec, Language};
+use serde_json::{Map, Value};
+
+use crate::config::{ApiLimits, MAX_WAIT_S};
+use crate::error::ApiError;
+
+/// Fields a job may have. Anything else is refused, so a typo such as
+/// `timeout` for `timeout_ms` is caught instead of silently ignored.
+const FIELDS: &[&str] = &["language", "code", "stdin", "timeout_ms"];
+
+pub fn job_spec(body: &[u8], limits: &ApiLimits) -> Result<JobSpec, ApiError> {
+    let value: Value =
+        serde_json::from_slice(body).map_err(|e| ApiError::InvalidJson(format!("body is not valid JSON: {e}")))?;
+    let Value::Object(fields) = value else {
+        return Err(ApiError::InvalidJson("body must be a JSON object".into()));
+    };
+    if let Some(unknown) = fields.keys().find(|k| !FIELDS.contains(&k.as_str())) {
+        return Err(ApiError::UnknownField(format!("unknown field {unknown:?}; a job has {}", FIELDS.join(", "))));
+    }
+
+    let language = match fields.get("language") {
+        None | Some(Value::Null) => {
+            return Err(ApiError::InvalidField("language is required: python, javascript or typescript".into()));
+        }
+        Some(Value::String(name)) => name.parse::<Language>().map_err(|e| ApiError::InvalidField(e.to_string()))?,
+        Some(_) => return Err(ApiError::InvalidField("language must be a string".into())),
+    };
+    let code = string_field(&fields, "code")?.ok_or_else(|| ApiError::InvalidField("code is required".into()))?;
+    if code.trim().is_empty() {
+        return Err(ApiError::InvalidField("code is empty".into()));
+    }
+    if code.len() > limits.max_code_bytes {
+        return Err(ApiError::TooLarge {
+            code: "code_too_large",
+            message: format!("code is {} bytes; the limit is {}", code.len(), limits.max_code_bytes),
+        });
+    }
+    let stdin = string_field(&fields, "stdin")?.unwrap_or_default();
+    if stdin.len() > limits.max_stdin_bytes {
+        return Err(ApiError::TooLarge {
+            code: "stdin_too_large",
+            message: format!("stdin is {} bytes; the limit is {}", stdin.len(), limits.max_stdin_bytes),
+        });
+    }
+    let timeout_ms = match fields.get("timeout_ms") {
+        None | Some(Value::Null) => None,
+        Some(value) => match value.as_u64() {
+            Some(ms) if (1..=limits.max_timeout_ms).contains(&ms) => Some(ms),
+            _ => {
+                return Err(ApiError::InvalidField(format!(
+                    "timeout_ms must be a whole number of milliseconds from 1 to {}",
+                    limits.max_timeout_ms
+                )));
+            }
+        },
+    };
+    Ok(JobSpec { language, code, stdin, timeout_ms: Some(timeout_ms.unwrap_or(limits.default_timeout_ms)) })
+}
+
+fn string_field(fields: &Map<String, Value>, name: &str) -> Result<Option<String>, ApiError> {
+    match fields.get(name) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s.clone())),
+        Some(_) => Err(ApiError::InvalidField(format!("{name} must be a string"))),
+    }
+}
+
+/// Parses the `wait` query parameter: whole seconds, 0 to [`MAX_WAIT_S`].
+pub fn wait_seconds(raw: Option<&str>) -> Result<u64, ApiError> {
+    match raw {
+        None => Ok(0),
+        Some(text) => match text.parse::<u64>() {
+            Ok(s) if s <= MAX_WAIT_S => Ok(s),
+            _ => Err(ApiError::InvalidWait),
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(body: &str) -> Result<JobSpec, ApiError> {
+        job_spec(body.as_bytes(), &ApiLimits::default())
+    }
+
+    #[test]
+    fn accepts_a_full_job_and_fills_the_default_timeout() {
+        let spec = parse(r#"{"language":"py","code":"print(1)","stdin":"x"}"#).expect("valid");
+        assert_eq!(spec.language, Language::Python);
+        assert_eq!(spec.timeout_ms, Some(ApiLimits::default().default_timeout_ms));
+        let spec = parse(r#"{"language":"typescript","code":"1","timeout_ms":60000}"#).expect("valid");
+        assert_eq!(spec.timeout_ms, Some(60_000));
+    }
+
+    #[test]
+    fn names_what_is_wrong() {
+        let cases = [
+            ("{", "invalid_json"),
+            ("[]", "invalid_json"),
+            (r#"{"code":"1"}"#, "language is required"),
+            (r#"{"language":"ruby","code":"1"}"#, "unknown language"),
+            (r#"{"language":5,"code":"1"}"#, "language must be a string"),
+            (r#"{"language":"js"}"#, "code is required"),
+            (r#"{"language":"js","code":7}"#, "code must be a string"),
+            (r#"{"language":"js","code":"  "}"#, "code is empty"),
+            (r#"{"language":"js","code":"1","stdin":[]}"#, "stdin must be a string"),
+            (r#"{"language":"js","code":"1","timeout_ms":0}"#, "timeout_ms must be"),
+            (r#"{"language":"js","code":"1","timeout_ms":1.5}"#, "timeout_ms must be"),
+            (r#"{"language":"js","code":"1","timeout_ms":600001}"#, "timeout_ms must be"),
+            (r#"{"language":"js","code":"1","timeout":5}"#, "unknown field \"timeout\""),
+        ];
+        for (body, expected) in cases {
+            let error = parse(body).expect_err(body);
+            let text = format!("{error} {error:?}");
+            assert!(text.contains(expected) || text.to_lowercase().contains(expected), "{body}: {text}");
+        }
+    }
+
+    #[test]
+    fn oversized_code_and_stdin_are_413() {
+        let limits = ApiLimits { max_code_bytes: 10, max_stdin_bytes: 5, ..ApiLimits::default() };
+        let error = job_spec(br#"{"language":"js","code":"12345678901"}"#, &limits).expect_err("too large");
+        assert!(matches!(error, ApiError::TooLarge { code: "code_too_large", .. }));
+        let error = job_spec(br#"{"language":"js","code":"1","stdin":"123456"}"#, &limits).expect_err("too large");
+        assert!(matches!(error, ApiError::TooLarge { code: "stdin_too_large", .. }));
+    }
+
+    #[test]
+    fn wait_is_bounded() {
+        assert_eq!(wait_seconds(None).expect("none"), 0);
+        assert_eq!(wait_seconds(Some("60")).expect("max"), 60);
+        for bad in ["61", "-1", "1.5", "soon"] {
+            assert!(wait_seconds(Some(bad)).is_err(), "{bad}");
+        }
+    }
+}

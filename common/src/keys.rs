@@ -1,0 +1,26 @@
+//! Every Redis key and channel runbox uses, one function or constant each.
+//! Nothing else in the workspace spells a key.
+
+/// The consumer group every worker reads the job stream through.
+pub const GROUP: &str = "workers";
+
+/// Pub/sub channel carrying the id of each job as it reaches a final status.
+pub const DONE_CHANNEL: &str = "runbox:done";
+
+/// Pub/sub channel carrying the id of each running job to cancel.
+pub const CANCEL_CHANNEL: &str = "runbox:cancel";
+
+/// Hash of live workers: consumer name → JSON [`crate::WorkerInfo`].
+pub const WORKERS: &str = "runbox:workers";
+
+/// The stream of jobs waiting for, or held by, a worker. Entries are
+/// deleted once their result is written, so its length is the queue depth
+/// (queued plus running).
+pub fn jobs_stream(queue: &str) -> String {
+    format!("runbox:{queue}:jobs")
+}
+
+/// The hash holding one job's spec, status and result.
+pub fn job(id: &str) -> String {
+    format!("runbox:job:{id}")
+}

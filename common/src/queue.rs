@@ -1,0 +1,478 @@
+//! The job queue on Redis: one stream with one consumer group, one hash per
+//! job, and two pub/sub channels. Every multi-step change is one Lua script,
+//! so a crash or a concurrent client never sees half of it.
+//!
+//! Life of a job:
+//!
+//! 1. [`Queue::enqueue`] checks the depth cap, writes the job hash
+//!    (`queued`) and appends the signed payload to the stream, atomically.
+//! 2. A worker [`Queue::claim`]s entries (`XREADGROUP`), verifies them, and
+//!    [`Queue::start`]s each (`running`), unless it was cancelled meanwhile.
+//! 3. [`Queue::finish`] writes the final status and result once (a second
+//!    write is a no-op), sets the TTL, acks and deletes the entry, and
+//!    publishes the id on [`keys::DONE_CHANNEL`].
+//! 4. Entries whose worker died stay pending; [`Queue::reclaim`] hands them
+//!    to a live worker after they have idled long enough.
+
+use std::time::Duration;
+
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::{AsyncCommands, RedisResult, Script, Value};
+
+use crate::{Outcome, Status, keys};
+
+/// A Redis failure. The queue never panics on what Redis returns.
+#[derive(Debug, thiserror::Error)]
+pub enum QueueError {
+    #[error("redis: {0}")]
+    Redis(#[from] redis::RedisError),
+    #[error("unexpected reply from redis: {0}")]
+    Protocol(String),
+}
+
+/// How an enqueue went.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Enqueued {
+    Accepted,
+    /// Queued plus running jobs already reached the cap.
+    Full,
+}
+
+/// How a cancel request went.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Cancelled {
+    /// It was queued and will never run.
+    WhileQueued,
+    /// It is running; its worker was told to kill it.
+    Requested,
+    /// It had already finished.
+    AlreadyFinal,
+    NotFound,
+}
+
+/// A stream entry a worker has claimed.
+#[derive(Debug, Clone)]
+pub struct Claimed {
+    /// The stream entry id, needed to ack it.
+    pub entry: String,
+    pub id: String,
+    pub payload: String,
+    pub signature: String,
+    /// How many times the entry has been delivered, this time included.
+    pub deliveries: u64,
+}
+
+/// One job as stored.
+#[derive(Debug, Clone, Default)]
+pub struct JobRecord {
+    pub id: String,
+    pub owner: String,
+    pub language: String,
+    pub status: String,
+    pub created_at: Option<String>,
+    pub started_at: Option<String>,
+    pub finished_at: Option<String>,
+    pub worker: Option<String>,
+    /// Present once the job has a final status.
+    pub outcome: Option<Outcome>,
+}
+
+/// A handle on the queue. Cheap to clone; clones share one multiplexed
+/// connection that reconnects by itself.
+#[derive(Clone)]
+pub struct Queue {
+    conn: ConnectionManager,
+    client: redis::Client,
+    stream: String,
+}
+
+const ENQUEUE: &str = r"
+local depth = redis.call('XLEN', KEYS[1])
+if depth >= tonumber(ARGV[1]) then return 0 end
+local entry = redis.call('XADD', KEYS[1], '*', 'id', ARGV[2], 'payload', ARGV[3], 'sig', ARGV[4])
+redis.call('HSET', KEYS[2], 'status', 'queued', 'owner', ARGV[5], 'language', ARGV[6],
+  'created_at', ARGV[7], 'entry', entry)
+return 1
+";
+
+const START: &str = r"
+local status = redis.call('HGET', KEYS[1], 'status')
+if (status == 'queued' or status == 'running') and redis.call('HGET', KEYS[1], 'cancel') ~= '1' then
+  redis.call('HSET', KEYS[1], 'status', 'running', 'worker', ARGV[1], 'started_at', ARGV[2])
+  return 1
+end
+return 0
+";
+
+// Writes the final status only over queued/running, so a second delivery's
+// write, or a write racing a cancel, cannot change a finished job. A job
+// hash that does not exist (a forged entry) is created so the rejection is
+// visible.
+const FINISH: &str = r"
+local status = redis.call('HGET', KEYS[1], 'status')
+if status == false or status == 'queued' or status == 'running' then
+  redis.call('HSET', KEYS[1], 'status', ARGV[1], 'result', ARGV[2], 'finished_at', ARGV[3])
+  redis.call('HDEL', KEYS[1], 'cancel')
+end
+redis.call('EXPIRE', KEYS[1], ARGV[4])
+redis.call('XACK', KEYS[2], ARGV[5], ARGV[6])
+redis.call('XDEL', KEYS[2], ARGV[6])
+redis.call('PUBLISH', ARGV[7], ARGV[8])
+return 1
+";
+
+const CANCEL: &str = r"
+local status = redis.call('HGET', KEYS[1], 'status')
+if status == false then return 'not_found' end
+if status == 'queued' then
+  local entry = redis.call('HGET', KEYS[1], 'entry')
+  redis.call('HSET', KEYS[1], 'status', 'cancelled', 'finished_at', ARGV[1], 'result', ARGV[2])
+  redis.call('EXPIRE', KEYS[1], ARGV[3])
+  if entry then
+    redis.call('XACK', KEYS[2], ARGV[4], entry)
+    redis.call('XDEL', KEYS[2], entry)
+  end
+  redis.call('PUBLISH', ARGV[5], ARGV[6])
+  return 'queued'
+end
+if status == 'running' then
+  redis.call('HSET', KEYS[1], 'cancel', '1')
+  redis.call('PUBLISH', ARGV[7], ARGV[6])
+  return 'running'
+end
+return 'final'
+";
+
+/// Time for one Redis reply. A blocking claim adds its own block time.
+const RESPONSE_TIMEOUT: Duration = Duration::from_secs(5);
+
+impl Queue {
+    /// A queue named `queue` on the Redis at `url`. Connects lazily, so it
+    /// can be made while Redis is down; each command reconnects if needed.
+    pub fn connect(url: &str, queue: &str) -> Result<Queue, QueueError> {
+        Queue::connect_with_timeout(url, queue, RESPONSE_TIMEOUT)
+    }
+
+    /// Like [`Queue::connect`], for a connection that also makes blocking
+    /// reads of up to `block`.
+    pub fn connect_blocking(url: &str, queue: &str, block: Duration) -> Result<Queue, QueueError> {
+        Queue::connect_with_timeout(url, queue, RESPONSE_TIMEOUT + block)
+    }
+
+    fn connect_with_timeout(url: &str, queue: &str, response_timeout: Duration) -> Result<Queue, QueueError> {
+        let client = redis::Client::open(url)?;
+        let config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(Duration::from_secs(2)))
+            .set_response_timeout(Some(response_timeout))
+            .set_number_of_retries(2)
+            .set_max_delay(Duration::from_millis(500));
+        let conn = ConnectionManager::new_lazy_with_config(client.clone(), config)?;
+        Ok(Queue { conn, client, stream: keys::jobs_stream(queue) })
+    }
+
+    /// A new pub/sub connection, subscribed to `channels`.
+    pub async fn subscribe(&self, channels: &[&str]) -> Result<redis::aio::PubSub, QueueError> {
+        let mut pubsub = self.client.get_async_pubsub().await?;
+        for channel in channels {
+            pubsub.subscribe(*channel).await?;
+        }
+        Ok(pubsub)
+    }
+
+    pub async fn ping(&self) -> Result<(), QueueError> {
+        let _: String = redis::cmd("PING").query_async(&mut self.conn.clone()).await?;
+        Ok(())
+    }
+
+    /// Creates the stream and consumer group if they do not exist.
+    pub async fn ensure_group(&self) -> Result<(), QueueError> {
+        let created: RedisResult<()> = redis::cmd("XGROUP")
+            .arg("CREATE")
+            .arg(&self.stream)
+            .arg(keys::GROUP)
+            .arg("0")
+            .arg("MKSTREAM")
+            .query_async(&mut self.conn.clone())
+            .await;
+        match created {
+            Err(e) if e.code() == Some("BUSYGROUP") => Ok(()),
+            other => Ok(other?),
+        }
+    }
+
+    /// Adds a job unless queued plus running jobs already reach `cap`.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn enqueue(
+        &self,
+        id: &str,
+        owner: &str,
+        language: &str,
+        payload: &str,
+        signature: &str,
+        cap: u64,
+        created_at: &str,
+    ) -> Result<Enqueued, QueueError> {
+        let accepted: i64 = Script::new(ENQUEUE)
+            .key(&self.stream)
+            .key(keys::job(id))
+            .arg(cap)
+            .arg(id)
+            .arg(payload)
+            .arg(signature)
+            .arg(owner)
+            .arg(language)
+            .arg(created_at)
+            .invoke_async(&mut self.conn.clone())
+            .await?;
+        Ok(if accepted == 1 { Enqueued::Accepted } else { Enqueued::Full })
+    }
+
+    /// Claims up to `count` new entries for `consumer`, waiting up to `block`
+    /// for the first. Recreates the group if Redis lost it (a restart
+    /// without persistence).
+    pub async fn claim(&self, consumer: &str, count: usize, block: Duration) -> Result<Vec<Claimed>, QueueError> {
+        let reply: RedisResult<Value> = redis::cmd("XREADGROUP")
+            .arg("GROUP")
+            .arg(keys::GROUP)
+            .arg(consumer)
+            .arg("COUNT")
+            .arg(count)
+            .arg("BLOCK")
+            .arg(u64::try_from(block.as_millis()).unwrap_or(u64::MAX))
+            .arg("STREAMS")
+            .arg(&self.stream)
+            .arg(">")
+            .query_async(&mut self.conn.clone())
+            .await;
+        let reply = match reply {
+            Err(e) if e.code() == Some("NOGROUP") => {
+                self.ensure_group().await?;
+                return Ok(Vec::new());
+            }
+            other => other?,
+        };
+        // Reply: nil, or [[stream, [[entry, [field, value, ...]], ...]]]
+        let mut claimed = Vec::new();
+        if let Value::Array(streams) = reply {
+            for stream in streams {
+                let Value::Array(mut parts) = stream else { continue };
+                if let Some(Value::Array(entries)) = parts.pop() {
+                    claimed.extend(entries.into_iter().filter_map(|e| parse_entry(e, 1)));
+                }
+            }
+        }
+        Ok(claimed)
+    }
+
+    /// Takes over up to `count` entries that have been pending longer than
+    /// `min_idle` (their worker died or hung), for `consumer`.
+    pub async fn reclaim(&self, consumer: &str, min_idle: Duration, count: usize) -> Result<Vec<Claimed>, QueueError> {
+        let reply: Value = redis::cmd("XAUTOCLAIM")
+            .arg(&self.stream)
+            .arg(keys::GROUP)
+            .arg(consumer)
+            .arg(u64::try_from(min_idle.as_millis()).unwrap_or(u64::MAX))
+            .arg("0-0")
+            .arg("COUNT")
+            .arg(count)
+            .query_async(&mut self.conn.clone())
+            .await?;
+        // Reply: [next-cursor, [[entry, [field, value, ...]], ...], [deleted ids]]
+        let Value::Array(parts) = reply else { return Err(QueueError::Protocol("XAUTOCLAIM".into())) };
+        let Some(Value::Array(entries)) = parts.into_iter().nth(1) else { return Ok(Vec::new()) };
+        let mut claimed = Vec::new();
+        for entry in entries.into_iter().filter_map(|e| parse_entry(e, 0)) {
+            let deliveries = self.deliveries(&entry.entry).await?;
+            claimed.push(Claimed { deliveries, ..entry });
+        }
+        Ok(claimed)
+    }
+
+    async fn deliveries(&self, entry: &str) -> Result<u64, QueueError> {
+        let reply: Value = redis::cmd("XPENDING")
+            .arg(&self.stream)
+            .arg(keys::GROUP)
+            .arg(entry)
+            .arg(entry)
+            .arg(1)
+            .query_async(&mut self.conn.clone())
+            .await?;
+        // Reply: [[entry, consumer, idle-ms, deliveries]]
+        if let Value::Array(rows) = reply
+            && let Some(Value::Array(row)) = rows.into_iter().next()
+            && let Some(Value::Int(n)) = row.get(3)
+        {
+            return Ok(u64::try_from(*n).unwrap_or(0));
+        }
+        Ok(0)
+    }
+
+    /// Marks job `id` running on `worker`. False when it must not run: it
+    /// was cancelled, already finished, or its hash is gone.
+    pub async fn start(&self, id: &str, worker: &str, started_at: &str) -> Result<bool, QueueError> {
+        let started: i64 = Script::new(START)
+            .key(keys::job(id))
+            .arg(worker)
+            .arg(started_at)
+            .invoke_async(&mut self.conn.clone())
+            .await?;
+        Ok(started == 1)
+    }
+
+    /// Records the final `outcome` of job `id` (first write wins), removes
+    /// its stream entry and tells waiters.
+    pub async fn finish(
+        &self,
+        id: &str,
+        entry: &str,
+        outcome: &Outcome,
+        finished_at: &str,
+        ttl: Duration,
+    ) -> Result<(), QueueError> {
+        let result = serde_json::to_string(outcome).map_err(|e| QueueError::Protocol(e.to_string()))?;
+        let _: i64 = Script::new(FINISH)
+            .key(keys::job(id))
+            .key(&self.stream)
+            .arg(outcome.status.as_str())
+            .arg(result)
+            .arg(finished_at)
+            .arg(ttl.as_secs().max(1))
+            .arg(keys::GROUP)
+            .arg(entry)
+            .arg(keys::DONE_CHANNEL)
+            .arg(id)
+            .invoke_async(&mut self.conn.clone())
+            .await?;
+        Ok(())
+    }
+
+    /// Cancels job `id`: a queued job ends at once; a running one is flagged
+    /// and its worker told on [`keys::CANCEL_CHANNEL`].
+    pub async fn cancel(&self, id: &str, finished_at: &str, ttl: Duration) -> Result<Cancelled, QueueError> {
+        let outcome = Outcome { status: Status::Cancelled, ..Outcome::internal_error("") };
+        let result = serde_json::to_string(&outcome).map_err(|e| QueueError::Protocol(e.to_string()))?;
+        let reply: String = Script::new(CANCEL)
+            .key(keys::job(id))
+            .key(&self.stream)
+            .arg(finished_at)
+            .arg(result)
+            .arg(ttl.as_secs().max(1))
+            .arg(keys::GROUP)
+            .arg(keys::DONE_CHANNEL)
+            .arg(id)
+            .arg(keys::CANCEL_CHANNEL)
+            .invoke_async(&mut self.conn.clone())
+            .await?;
+        Ok(match reply.as_str() {
+            "queued" => Cancelled::WhileQueued,
+            "running" => Cancelled::Requested,
+            "final" => Cancelled::AlreadyFinal,
+            _ => Cancelled::NotFound,
+        })
+    }
+
+    /// Reads job `id`, or None if it does not exist (or expired).
+    pub async fn get(&self, id: &str) -> Result<Option<JobRecord>, QueueError> {
+        let fields: std::collections::HashMap<String, String> = self.conn.clone().hgetall(keys::job(id)).await?;
+        if fields.is_empty() {
+            return Ok(None);
+        }
+        let field = |name: &str| fields.get(name).cloned();
+        let status = field("status").unwrap_or_default();
+        let outcome = field("result").and_then(|r| serde_json::from_str::<Outcome>(&r).ok());
+        Ok(Some(JobRecord {
+            id: id.to_owned(),
+            owner: field("owner").unwrap_or_default(),
+            language: field("language").unwrap_or_default(),
+            status,
+            created_at: field("created_at"),
+            started_at: field("started_at"),
+            finished_at: field("finished_at"),
+            worker: field("worker"),
+            outcome,
+        }))
+    }
+
+    /// Queued plus running jobs.
+    pub async fn depth(&self) -> Result<u64, QueueError> {
+        Ok(self.conn.clone().xlen(&self.stream).await?)
+    }
+
+    /// Age of the oldest job no worker has claimed yet, if any.
+    pub async fn oldest_queued_age(&self, now_ms: u64) -> Result<Option<Duration>, QueueError> {
+        // Entries after the group's last-delivered id are the unclaimed ones;
+        // an entry id starts with its creation time in milliseconds.
+        let groups: Value =
+            redis::cmd("XINFO").arg("GROUPS").arg(&self.stream).query_async(&mut self.conn.clone()).await?;
+        let mut last_delivered = None;
+        if let Value::Array(groups) = groups {
+            for group in groups {
+                let pairs = flat_pairs(group);
+                if pairs.iter().any(|(k, v)| k == "name" && v == keys::GROUP) {
+                    last_delivered = pairs.into_iter().find(|(k, _)| k == "last-delivered-id").map(|(_, v)| v);
+                }
+            }
+        }
+        let start = last_delivered.map_or_else(|| "-".to_owned(), |id| format!("({id}"));
+        let first: Value = redis::cmd("XRANGE")
+            .arg(&self.stream)
+            .arg(start)
+            .arg("+")
+            .arg("COUNT")
+            .arg(1)
+            .query_async(&mut self.conn.clone())
+            .await?;
+        let Value::Array(entries) = first else { return Ok(None) };
+        let Some(entry) = entries.into_iter().next().and_then(|e| parse_entry(e, 0)) else { return Ok(None) };
+        let created_ms: u64 = entry.entry.split('-').next().and_then(|ms| ms.parse().ok()).unwrap_or(now_ms);
+        Ok(Some(Duration::from_millis(now_ms.saturating_sub(created_ms))))
+    }
+
+    /// Records that worker `name` is alive, with what it reports about itself.
+    pub async fn heartbeat(&self, name: &str, info: &str) -> Result<(), QueueError> {
+        let _: i64 = self.conn.clone().hset(keys::WORKERS, name, info).await?;
+        Ok(())
+    }
+
+    /// Removes worker `name` from the live set.
+    pub async fn forget_worker(&self, name: &str) -> Result<(), QueueError> {
+        let _: i64 = self.conn.clone().hdel(keys::WORKERS, name).await?;
+        Ok(())
+    }
+
+    /// What every registered worker last reported.
+    pub async fn workers(&self) -> Result<Vec<String>, QueueError> {
+        let all: std::collections::HashMap<String, String> = self.conn.clone().hgetall(keys::WORKERS).await?;
+        Ok(all.into_values().collect())
+    }
+}
+
+fn as_string(value: &Value) -> Option<String> {
+    match value {
+        Value::BulkString(bytes) => String::from_utf8(bytes.clone()).ok(),
+        Value::SimpleString(s) => Some(s.clone()),
+        Value::Int(n) => Some(n.to_string()),
+        _ => None,
+    }
+}
+
+fn flat_pairs(value: Value) -> Vec<(String, String)> {
+    let Value::Array(items) = value else { return Vec::new() };
+    items.chunks(2).filter_map(|kv| Some((as_string(kv.first()?)?, as_string(kv.get(1)?)?))).collect()
+}
+
+/// Parses `[entry-id, [field, value, ...]]`; None for deleted or foreign entries.
+fn parse_entry(value: Value, deliveries: u64) -> Option<Claimed> {
+    let Value::Array(mut parts) = value else { return None };
+    let fields = parts.pop()?;
+    let entry = as_string(parts.first()?)?;
+    let fields = flat_pairs(fields);
+    let get = |name: &str| fields.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone());
+    Some(Claimed {
+        entry,
+        id: get("id").unwrap_or_default(),
+        payload: get("payload").unwrap_or_default(),
+        signature: get("sig").unwrap_or_default(),
+        deliveries,
+    })
+}

@@ -1,0 +1,358 @@
+//! The queue worker: claims jobs from Redis, runs each in the sandbox, and
+//! writes the result back.
+//!
+//! One intake loop owns the slots. It asks Redis only for as many entries
+//! as it has free slots (`COUNT = free`), so it never holds a job it cannot
+//! start, and now and then it takes over entries a dead worker left pending.
+//! Each job then runs on its own task. Beside the loop run a heartbeat (what
+//! this worker is, for `/v1/runtimes`) and a listener for cancel requests.
+//!
+//! Redis being away never ends the worker: every call that fails is logged
+//! and retried with backoff, and a result that cannot be written is retried
+//! until it can, or left pending for another worker.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures_util::StreamExt;
+use runbox_common::{Claimed, JobSpec, Outcome, Queue, QueueError, Status, keys, now_rfc3339, now_unix_ms};
+use serde::Serialize;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tracing::{Instrument, info, info_span, warn};
+
+use crate::metrics::Metrics;
+use crate::{Sandbox, WorkerConfig};
+
+/// How long one claim blocks in Redis; also the longest SIGTERM waits for it.
+const CLAIM_BLOCK: Duration = Duration::from_secs(1);
+/// How often the intake loop looks for entries left by dead workers.
+const RECLAIM_EVERY: Duration = Duration::from_secs(5);
+const HEARTBEAT_EVERY: Duration = Duration::from_secs(10);
+
+/// Running jobs by id, so a cancel request can reach its child.
+type Running = Arc<Mutex<HashMap<String, CancellationToken>>>;
+
+struct Worker {
+    config: WorkerConfig,
+    sandbox: Sandbox,
+    queue: Queue,
+    metrics: Arc<Metrics>,
+    running: Running,
+    /// Cancelled when the shutdown grace has passed: kills what still runs.
+    kill: CancellationToken,
+}
+
+/// What a worker publishes about itself for `/v1/runtimes`.
+#[derive(Serialize)]
+struct WorkerInfo<'a> {
+    name: &'a str,
+    deno: Option<String>,
+    pyodide: Option<String>,
+    isolation: Vec<&'static str>,
+    concurrency: usize,
+    memory_mb: u32,
+    max_output_bytes: usize,
+    seen_at_ms: u64,
+}
+
+/// Runs the worker until `shutdown` resolves, then drains: no new claims,
+/// running jobs get `shutdown_grace` to finish, and what is still running
+/// then is killed and left pending for another worker.
+pub async fn run(
+    config: WorkerConfig,
+    sandbox: Sandbox,
+    metrics: Arc<Metrics>,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), QueueError> {
+    let queue = Queue::connect(&config.redis_url, &config.queue)?;
+    let claims = Queue::connect_blocking(&config.redis_url, &config.queue, CLAIM_BLOCK)?;
+    let worker =
+        Arc::new(Worker { config, sandbox, queue, metrics, running: Arc::default(), kill: CancellationToken::new() });
+    let stop = CancellationToken::new();
+    let tasks = TaskTracker::new();
+    let background = TaskTracker::new();
+    background.spawn(heartbeat(worker.clone(), stop.clone()));
+    background.spawn(listen_for_cancels(worker.clone(), stop.clone()));
+
+    info!(worker = %worker.config.name, concurrency = worker.config.concurrency, "worker started");
+    let intake = intake(worker.clone(), claims, stop.clone(), tasks.clone());
+    tokio::pin!(intake);
+    tokio::select! {
+        () = &mut intake => {}
+        () = shutdown => {
+            info!("shutting down: no new jobs; waiting for running ones");
+            stop.cancel();
+            intake.await;
+        }
+    }
+
+    tasks.close();
+    if tokio::time::timeout(worker.config.shutdown_grace, tasks.wait()).await.is_err() {
+        warn!(grace = ?worker.config.shutdown_grace, "grace period over: killing running jobs, leaving them for other workers");
+        worker.kill.cancel();
+        tasks.wait().await;
+    }
+    stop.cancel();
+    background.close();
+    background.wait().await;
+    let _ = worker.queue.forget_worker(&worker.config.name).await;
+    info!("worker stopped");
+    Ok(())
+}
+
+async fn intake(worker: Arc<Worker>, claims: Queue, stop: CancellationToken, tasks: TaskTracker) {
+    let slots = Arc::new(Semaphore::new(worker.config.concurrency));
+    let mut backoff = Backoff::new();
+    let mut last_reclaim = Instant::now();
+    while !stop.is_cancelled() {
+        // Wait for a free slot; then ask for as many entries as are free.
+        let first = tokio::select! {
+            permit = slots.clone().acquire_owned() => match permit {
+                Ok(permit) => permit,
+                Err(_) => return,
+            },
+            () = stop.cancelled() => return,
+        };
+        let mut permits = vec![first];
+        while let Ok(permit) = slots.clone().try_acquire_owned() {
+            permits.push(permit);
+        }
+
+        let claimed = if last_reclaim.elapsed() >= RECLAIM_EVERY {
+            last_reclaim = Instant::now();
+            worker.queue.reclaim(&worker.config.name, worker.config.reclaim_idle, permits.len()).await.inspect(|c| {
+                if !c.is_empty() {
+                    worker.metrics.reclaimed.inc_by(c.len() as u64);
+                    info!(count = c.len(), "took over jobs from a worker that stopped answering");
+                }
+            })
+        } else {
+            claims.claim(&worker.config.name, permits.len(), CLAIM_BLOCK).await
+        };
+        match claimed {
+            Ok(entries) => {
+                if backoff.failed() {
+                    info!("redis reachable again");
+                }
+                backoff.reset();
+                for entry in entries {
+                    let Some(permit) = permits.pop() else { break };
+                    let worker = worker.clone();
+                    tasks.spawn(async move { worker.handle(entry, permit).await });
+                }
+            }
+            Err(e) => {
+                worker.metrics.redis_errors.inc();
+                let delay = backoff.next();
+                warn!(error = %e, retry_in = ?delay, "could not claim jobs");
+                tokio::select! {
+                    () = tokio::time::sleep(delay) => {}
+                    () = stop.cancelled() => return,
+                }
+            }
+        }
+    }
+}
+
+impl Worker {
+    async fn handle(self: Arc<Self>, entry: Claimed, permit: OwnedSemaphorePermit) {
+        let span = info_span!("job", id = %entry.id, language = tracing::field::Empty, status = tracing::field::Empty, duration_ms = tracing::field::Empty);
+        async move {
+            let _permit = permit;
+            if let Some(outcome) = self.run_entry(&entry).await {
+                tracing::Span::current().record("status", outcome.status.as_str());
+                tracing::Span::current().record("duration_ms", outcome.duration_ms);
+                self.finish(&entry, &outcome).await;
+                info!("job finished");
+            }
+        }
+        .instrument(span)
+        .await;
+    }
+
+    /// Runs one claimed entry. None means it must be left pending: the
+    /// worker is shutting down and the job was killed half-way.
+    async fn run_entry(&self, entry: &Claimed) -> Option<Outcome> {
+        if entry.deliveries > self.config.max_deliveries {
+            warn!(deliveries = entry.deliveries, "job was delivered too often; its workers keep dying");
+            return Some(Outcome {
+                status: Status::WorkerLost,
+                ..Outcome::internal_error("the job's worker stopped answering too many times")
+            });
+        }
+        if !self.config.signing_key.verify(&entry.id, &entry.payload, &entry.signature) {
+            self.metrics.rejected_signatures.inc();
+            warn!(entry = %entry.entry, "signature did not verify; the job will not run");
+            return Some(Outcome {
+                status: Status::Rejected,
+                ..Outcome::internal_error("job signature did not verify")
+            });
+        }
+        let spec: JobSpec = match serde_json::from_str(&entry.payload) {
+            Ok(spec) => spec,
+            Err(e) => return Some(Outcome::internal_error(format!("unreadable job spec: {e}"))),
+        };
+        tracing::Span::current().record("language", spec.language.as_str());
+
+        // Registered before the job is marked running, so a cancel that
+        // arrives the moment it is running finds it.
+        let cancel = self.kill.child_token();
+        self.running.lock().unwrap_or_else(|p| p.into_inner()).insert(entry.id.clone(), cancel.clone());
+        let outcome = self.start_and_run(entry, &spec, &cancel).await;
+        self.running.lock().unwrap_or_else(|p| p.into_inner()).remove(&entry.id);
+        if self.kill.is_cancelled() {
+            return None;
+        }
+        if let Some(outcome) = &outcome {
+            self.metrics.jobs_finished.with_label_values(&[spec.language.as_str(), outcome.status.as_str()]).inc();
+            self.metrics
+                .run_duration
+                .with_label_values(&[spec.language.as_str()])
+                .observe(outcome.duration_ms as f64 / 1000.0);
+        }
+        outcome
+    }
+
+    async fn start_and_run(&self, entry: &Claimed, spec: &JobSpec, cancel: &CancellationToken) -> Option<Outcome> {
+        let mut backoff = Backoff::new();
+        loop {
+            match self.queue.start(&entry.id, &self.config.name, &now_rfc3339()).await {
+                Ok(true) => break,
+                // Cancelled or finished meanwhile: the result write below is
+                // a no-op for a finished job and records a pending cancel.
+                Ok(false) => {
+                    return Some(Outcome { status: Status::Cancelled, ..Outcome::internal_error("") });
+                }
+                Err(e) => {
+                    self.metrics.redis_errors.inc();
+                    warn!(error = %e, "could not mark the job running; retrying");
+                    tokio::select! {
+                        () = tokio::time::sleep(backoff.next()) => {}
+                        () = self.kill.cancelled() => return None,
+                    }
+                }
+            }
+        }
+        self.metrics.busy_slots.inc();
+        let outcome = self.sandbox.run(spec, cancel).await;
+        self.metrics.busy_slots.dec();
+        Some(outcome)
+    }
+
+    /// Writes the result, retrying while Redis is away. If it never gets
+    /// through (shutdown first), the entry stays pending and another worker
+    /// runs the job again: at least once, never lost.
+    async fn finish(&self, entry: &Claimed, outcome: &Outcome) {
+        let mut backoff = Backoff::new();
+        loop {
+            match self.queue.finish(&entry.id, &entry.entry, outcome, &now_rfc3339(), self.config.result_ttl).await {
+                Ok(()) => return,
+                Err(e) => {
+                    self.metrics.redis_errors.inc();
+                    let delay = backoff.next();
+                    warn!(error = %e, retry_in = ?delay, "could not write the result; retrying");
+                    tokio::select! {
+                        () = tokio::time::sleep(delay) => {}
+                        () = self.kill.cancelled() => return,
+                    }
+                }
+            }
+        }
+    }
+}
+
+async fn heartbeat(worker: Arc<Worker>, stop: CancellationToken) {
+    let runtime = &worker.sandbox.runtime;
+    let (deno, pyodide) = (runtime.deno_version(), runtime.pyodide_version());
+    loop {
+        let info = WorkerInfo {
+            name: &worker.config.name,
+            deno: deno.clone(),
+            pyodide: pyodide.clone(),
+            isolation: worker.sandbox.isolation.layers(),
+            concurrency: worker.config.concurrency,
+            memory_mb: worker.sandbox.limits.memory_mb,
+            max_output_bytes: worker.sandbox.limits.max_output_bytes,
+            seen_at_ms: now_unix_ms(),
+        };
+        if let Ok(info) = serde_json::to_string(&info)
+            && let Err(e) = worker.queue.heartbeat(&worker.config.name, &info).await
+        {
+            worker.metrics.redis_errors.inc();
+            warn!(error = %e, "could not send heartbeat");
+        }
+        tokio::select! {
+            () = tokio::time::sleep(HEARTBEAT_EVERY) => {}
+            () = stop.cancelled() => return,
+        }
+    }
+}
+
+/// Kills the child of each job named on the cancel channel, if it runs here.
+async fn listen_for_cancels(worker: Arc<Worker>, stop: CancellationToken) {
+    let mut backoff = Backoff::new();
+    while !stop.is_cancelled() {
+        let mut pubsub = match worker.queue.subscribe(&[keys::CANCEL_CHANNEL]).await {
+            Ok(pubsub) => {
+                backoff.reset();
+                pubsub
+            }
+            Err(e) => {
+                let delay = backoff.next();
+                warn!(error = %e, retry_in = ?delay, "could not subscribe to cancel requests");
+                tokio::select! {
+                    () = tokio::time::sleep(delay) => continue,
+                    () = stop.cancelled() => return,
+                }
+            }
+        };
+        let mut messages = pubsub.on_message();
+        loop {
+            let message = tokio::select! {
+                message = messages.next() => message,
+                () = stop.cancelled() => return,
+            };
+            let Some(message) = message else { break };
+            let Ok(id) = message.get_payload::<String>() else { continue };
+            if let Some(token) = worker.running.lock().unwrap_or_else(|p| p.into_inner()).get(&id) {
+                info!(%id, "cancel requested: killing the job");
+                token.cancel();
+            }
+        }
+        warn!("cancel subscription lost; reconnecting");
+    }
+}
+
+/// Exponential backoff from 100 ms up to 5 s.
+struct Backoff {
+    next: Duration,
+    failures: u32,
+}
+
+impl Backoff {
+    const FIRST: Duration = Duration::from_millis(100);
+    const MAX: Duration = Duration::from_secs(5);
+
+    fn new() -> Backoff {
+        Backoff { next: Backoff::FIRST, failures: 0 }
+    }
+
+    fn next(&mut self) -> Duration {
+        let delay = self.next;
+        self.next = (self.next * 2).min(Backoff::MAX);
+        self.failures += 1;
+        delay
+    }
+
+    fn failed(&self) -> bool {
+        self.failures > 0
+    }
+
+    fn reset(&mut self) {
+        *self = Backoff::new();
+    }
+}
