@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use axum::Json;
 use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -71,7 +72,7 @@ pub async fn submit(
     caller: Caller,
     Query(query): Query<HashMap<String, String>>,
     headers: HeaderMap,
-    body: Bytes,
+    body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let wait = validate::wait_seconds(query.get("wait").map(String::as_str))?;
     let is_json = headers
@@ -82,6 +83,13 @@ pub async fn submit(
     if !is_json {
         return Err(ApiError::UnsupportedMediaType);
     }
+    let body = body.map_err(|rejection| ApiError::TooLarge {
+        code: "payload_too_large",
+        message: format!(
+            "request body rejected ({rejection}); the limit is {} bytes",
+            state.config.limits.max_body_bytes()
+        ),
+    })?;
     let spec = validate::job_spec(&body, &state.config.limits)?;
 
     let id = uuid::Uuid::new_v4().to_string();

@@ -1,0 +1,125 @@
+//! The HTTP contract: auth, ownership, and an error for every bad input.
+
+use serde_json::{Value, json};
+
+use crate::util::*;
+
+async fn error_of(response: reqwest::Response) -> (u16, String) {
+    let status = response.status().as_u16();
+    let body: Value = response.json().await.expect("errors are JSON");
+    let code = body["error"]["code"].as_str().expect("error.code").to_owned();
+    assert!(body["error"]["message"].as_str().is_some_and(|m| !m.is_empty()), "{body}");
+    (status, code)
+}
+
+#[tokio::test]
+async fn auth_is_required_and_checked() {
+    let redis = Redis::start().await;
+    let api = Api::start(&redis, &[]).await;
+    let body = json!({ "language": "js", "code": "1" });
+    let none = api.http.post(api.url("/v1/jobs")).json(&body).send().await.expect("send");
+    assert_eq!(none.headers().get("www-authenticate").map(|v| v.as_bytes()), Some(&b"Bearer"[..]));
+    assert_eq!(error_of(none).await, (401, "unauthorized".into()));
+    let wrong = api
+        .http
+        .post(api.url("/v1/jobs"))
+        .bearer_auth("alice-token-0123456789abcdeX")
+        .json(&body)
+        .send()
+        .await
+        .expect("send");
+    assert_eq!(error_of(wrong).await, (401, "unauthorized".into()));
+    let basic =
+        api.http.post(api.url("/v1/jobs")).basic_auth("alice", Some(ALICE)).json(&body).send().await.expect("send");
+    assert_eq!(error_of(basic).await, (401, "unauthorized".into()));
+    for path in ["/v1/runtimes", "/metrics", "/v1/jobs/00000000-0000-4000-8000-000000000000"] {
+        let response = api.http.get(api.url(path)).send().await.expect("send");
+        assert_eq!(response.status(), 401, "{path}");
+    }
+    assert_eq!(api.http.get(api.url("/healthz")).send().await.expect("send").status(), 200);
+    assert_eq!(api.http.get(api.url("/readyz")).send().await.expect("send").status(), 200);
+}
+
+#[tokio::test]
+async fn a_job_is_visible_only_to_its_token() {
+    let redis = Redis::start().await;
+    let api = Api::start(&redis, &[]).await;
+    let (status, job) = api.submit(json!({ "language": "js", "code": "1" }), None).await;
+    assert_eq!(status, 202);
+    let id = job["id"].as_str().expect("id");
+    assert_eq!(api.get(id, ALICE, None).await.0, 200);
+    let (status, body) = api.get(id, BOB, None).await;
+    assert_eq!((status, body["error"]["code"].as_str()), (404, Some("not_found")));
+    let delete = api.http.delete(api.url(&format!("/v1/jobs/{id}"))).bearer_auth(BOB).send().await.expect("send");
+    assert_eq!(delete.status(), 404);
+    assert_eq!(api.get(id, ALICE, None).await.1["status"], "queued", "bob's DELETE must not touch it");
+    for missing in ["00000000-0000-4000-8000-000000000000", "not-a-uuid", "..%2F..%2Fetc"] {
+        assert_eq!(api.get(missing, ALICE, None).await.0, 404, "{missing}");
+    }
+}
+
+#[tokio::test]
+async fn every_bad_input_gets_a_json_4xx() {
+    let redis = Redis::start().await;
+    let api = Api::start(&redis, &[("RUNBOX_MAX_CODE_BYTES", "1000"), ("RUNBOX_MAX_STDIN_BYTES", "1000")]).await;
+    let post = |body: String, content_type: &'static str, path: &'static str| {
+        api.http.post(api.url(path)).bearer_auth(ALICE).header("content-type", content_type).body(body).send()
+    };
+    let json_type = "application/json";
+    let cases: Vec<(String, &str, &str, u16, &str)> = vec![
+        ("{".into(), json_type, "/v1/jobs", 400, "invalid_json"),
+        ("[1]".into(), json_type, "/v1/jobs", 400, "invalid_json"),
+        (r#"{"language":"js","code":"1"}"#.into(), "text/plain", "/v1/jobs", 415, "unsupported_media_type"),
+        (r#"{"code":"1"}"#.into(), json_type, "/v1/jobs", 400, "invalid_field"),
+        (r#"{"language":"cobol","code":"1"}"#.into(), json_type, "/v1/jobs", 400, "invalid_field"),
+        (r#"{"language":"js"}"#.into(), json_type, "/v1/jobs", 400, "invalid_field"),
+        (r#"{"language":"js","code":{"a":1}}"#.into(), json_type, "/v1/jobs", 400, "invalid_field"),
+        (r#"{"language":"js","code":"1","stdin":5}"#.into(), json_type, "/v1/jobs", 400, "invalid_field"),
+        (r#"{"language":"js","code":"1","timeout_ms":0}"#.into(), json_type, "/v1/jobs", 400, "invalid_field"),
+        (r#"{"language":"js","code":"1","timeout_ms":10001}"#.into(), json_type, "/v1/jobs", 400, "invalid_field"),
+        (r#"{"language":"js","code":"1","timeout_ms":"5"}"#.into(), json_type, "/v1/jobs", 400, "invalid_field"),
+        (r#"{"language":"js","code":"1","memory":5}"#.into(), json_type, "/v1/jobs", 400, "unknown_field"),
+        (r#"{"language":"js","code":"1"}"#.into(), json_type, "/v1/jobs?wait=61", 400, "invalid_wait"),
+        (r#"{"language":"js","code":"1"}"#.into(), json_type, "/v1/jobs?wait=-1", 400, "invalid_wait"),
+        (
+            json!({ "language": "js", "code": "x".repeat(1001) }).to_string(),
+            json_type,
+            "/v1/jobs",
+            413,
+            "code_too_large",
+        ),
+        (
+            json!({ "language": "js", "code": "1", "stdin": "x".repeat(1001) }).to_string(),
+            json_type,
+            "/v1/jobs",
+            413,
+            "stdin_too_large",
+        ),
+        (
+            json!({ "language": "js", "code": "x".repeat(200_000) }).to_string(),
+            json_type,
+            "/v1/jobs",
+            413,
+            "payload_too_large",
+        ),
+    ];
+    for (body, content_type, path, status, code) in cases {
+        let response = post(body.clone(), content_type, path).await.expect("send");
+        assert_eq!(error_of(response).await, (status, code.to_owned()), "{path} {}", &body[..body.len().min(80)]);
+    }
+    let (status, body) = api.get("00000000-0000-4000-8000-000000000000", ALICE, Some(99)).await;
+    assert_eq!((status, body["error"]["code"].as_str()), (400, Some("invalid_wait")));
+    let unknown_route = api.http.get(api.url("/v2/nothing")).send().await.expect("send");
+    assert_eq!(error_of(unknown_route).await, (404, "not_found".into()));
+}
+
+#[tokio::test]
+async fn api_refuses_to_start_without_tokens_or_key() {
+    let redis = Redis::start().await;
+    for (unset, named) in [("RUNBOX_API_TOKENS", "RUNBOX_API_TOKENS"), ("RUNBOX_SIGNING_KEY", "RUNBOX_SIGNING_KEY")] {
+        let mut process = Api::spawn_raw(&redis, &[(unset, "")]).await;
+        let status = process.wait(std::time::Duration::from_secs(10)).await;
+        assert!(!status.success());
+        assert!(process.logs().contains(named), "error does not name {named}: {}", process.logs());
+    }
+}

@@ -1,0 +1,16 @@
+//! End-to-end tests of the whole service: each test starts its own
+//! `redis-server` on a free port and real `runbox-api` and `runbox-worker`
+//! processes, and talks to them over real HTTP.
+//!
+//! The binaries are taken from `target/debug` (or `RUNBOX_BIN_DIR`);
+//! `scripts/test` builds them first.
+
+mod api;
+mod backpressure;
+mod cancel;
+mod longpoll;
+mod recovery;
+mod roundtrip;
+mod signing;
+mod util;
+mod verify;

@@ -1,0 +1,120 @@
+//! Failures of the parts: a worker killed mid-job, Redis killed and
+//! restarted, and a worker told to stop. No job is lost or stuck.
+
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::Signal;
+use serde_json::json;
+
+use crate::util::*;
+
+/// Settings that make a silent worker's jobs reclaimable within seconds.
+const FAST_RECLAIM: &[(&str, &str)] =
+    &[("RUNBOX_MAX_TIMEOUT_MS", "4000"), ("RUNBOX_DEFAULT_TIMEOUT_MS", "4000"), ("RUNBOX_RECLAIM_IDLE_MS", "3000")];
+
+const SLOW_JOB: &str = "await new Promise((r) => setTimeout(r, 1500)); console.log('finished')";
+
+async fn submit_and_wait_running(api: &Api, code: &str) -> String {
+    let (status, job) = api.submit(json!({ "language": "js", "code": code, "timeout_ms": 4000 }), None).await;
+    assert_eq!(status, 202, "{job}");
+    let id = job["id"].as_str().expect("id").to_owned();
+    api.until_status(&id, "running", Duration::from_secs(30)).await;
+    id
+}
+
+#[tokio::test]
+async fn job_of_a_killed_worker_finishes_on_another() {
+    let redis = Redis::start().await;
+    let api = Api::start(&redis, FAST_RECLAIM).await;
+    let mut first = start_worker(&redis, FAST_RECLAIM).await;
+    let id = submit_and_wait_running(&api, SLOW_JOB).await;
+    first.signal(Signal::SIGKILL);
+    first.wait(Duration::from_secs(5)).await;
+
+    let second = start_worker(&redis, FAST_RECLAIM).await;
+    let job = api.until_status(&id, "completed", Duration::from_secs(30)).await;
+    assert_eq!(job["stdout"], "finished\n");
+    second.wait_for_log("took over jobs from a worker that stopped answering", Duration::from_secs(1)).await;
+}
+
+#[tokio::test]
+async fn job_that_keeps_killing_workers_ends_as_worker_lost() {
+    let redis = Redis::start().await;
+    let env: Vec<(&str, &str)> = FAST_RECLAIM.iter().copied().chain([("RUNBOX_MAX_DELIVERIES", "1")]).collect();
+    let api = Api::start(&redis, &env).await;
+    let mut first = start_worker(&redis, &env).await;
+    let id = submit_and_wait_running(&api, SLOW_JOB).await;
+    first.signal(Signal::SIGKILL);
+    first.wait(Duration::from_secs(5)).await;
+
+    let _second = start_worker(&redis, &env).await;
+    let job = api.until_status(&id, "worker_lost", Duration::from_secs(30)).await;
+    assert!(job["exit_code"].is_null(), "{job}");
+}
+
+#[tokio::test]
+async fn api_and_worker_survive_a_redis_restart() {
+    let mut redis = Redis::start().await;
+    let port = redis.port;
+    let api = Api::start(&redis, &[]).await;
+    let worker = start_worker(&redis, &[]).await;
+    assert_eq!(api.run("js", "console.log('before')").await["stdout"], "before\n");
+
+    redis.kill().await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let ready = api.http.get(api.url("/readyz")).send().await.expect("readyz");
+    assert_eq!(ready.status(), 503);
+    let (status, body) = api.submit(json!({ "language": "js", "code": "1" }), None).await;
+    assert_eq!((status, body["error"]["code"].as_str()), (503, Some("unavailable")), "{body}");
+    assert_eq!(
+        api.http.get(api.url("/healthz")).send().await.expect("healthz").status(),
+        200,
+        "the api process lives on"
+    );
+
+    let _redis = Redis::start_on(port).await;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while api.http.get(api.url("/readyz")).send().await.expect("readyz").status() != 200 {
+        assert!(Instant::now() < deadline, "api never became ready again");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let (status, job) = api.submit(json!({ "language": "js", "code": "console.log('after')" }), Some(30)).await;
+    assert_eq!((status, job["stdout"].as_str()), (200, Some("after\n")), "{job}\n{}", worker.logs());
+    assert!(worker.logs().contains("could not claim jobs"), "the worker noticed the outage");
+}
+
+#[tokio::test]
+async fn sigterm_lets_running_jobs_finish() {
+    let redis = Redis::start().await;
+    let api = Api::start(&redis, &[]).await;
+    let mut worker = start_worker(&redis, &[("RUNBOX_SHUTDOWN_GRACE_MS", "10000")]).await;
+    let id = submit_and_wait_running(&api, SLOW_JOB).await;
+    worker.signal(Signal::SIGTERM);
+    let status = worker.wait(Duration::from_secs(10)).await;
+    assert!(status.success(), "{status:?}\n{}", worker.logs());
+    let (_, job) = api.get(&id, ALICE, None).await;
+    assert_eq!((job["status"].as_str(), job["stdout"].as_str()), (Some("completed"), Some("finished\n")), "{job}");
+
+    // Stopped worker takes nothing new.
+    let (_, queued) = api.submit(json!({ "language": "js", "code": "1" }), None).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(api.get(queued["id"].as_str().expect("id"), ALICE, None).await.1["status"], "queued");
+}
+
+#[tokio::test]
+async fn sigterm_past_the_grace_leaves_the_job_for_another_worker() {
+    let redis = Redis::start().await;
+    let api = Api::start(&redis, FAST_RECLAIM).await;
+    let env: Vec<(&str, &str)> = FAST_RECLAIM.iter().copied().chain([("RUNBOX_SHUTDOWN_GRACE_MS", "300")]).collect();
+    let mut worker = start_worker(&redis, &env).await;
+    let id =
+        submit_and_wait_running(&api, "await new Promise((r) => setTimeout(r, 2500)); console.log('finished')").await;
+    worker.signal(Signal::SIGTERM);
+    let status = worker.wait(Duration::from_secs(5)).await;
+    assert!(status.success(), "{}", worker.logs());
+    assert_eq!(api.get(&id, ALICE, None).await.1["status"], "running", "killed job stays claimable");
+
+    let _second = start_worker(&redis, FAST_RECLAIM).await;
+    let job = api.until_status(&id, "completed", Duration::from_secs(30)).await;
+    assert_eq!(job["stdout"], "finished\n");
+}

@@ -1,0 +1,113 @@
+//! A job goes in over HTTP and its result comes back, in every language.
+
+use std::time::Duration;
+
+use serde_json::json;
+
+use crate::util::*;
+
+#[tokio::test]
+async fn every_language_round_trips() {
+    let stack = Stack::start(&[]).await;
+    for (language, code, stdout) in [
+        ("python", "import sys\nprint(sum(int(x) for x in sys.stdin.read().split()))", "6\n"),
+        (
+            "javascript",
+            "const t = await new Response(Deno.stdin.readable).text(); console.log(t.split(' ').map(Number).reduce((a, b) => a + b))",
+            "6\n",
+        ),
+        (
+            "ts",
+            "const text: string = await new Response(Deno.stdin.readable).text();\nconsole.log(text.split(' ').map(Number).reduce((a, b) => a + b));",
+            "6\n",
+        ),
+    ] {
+        let (status, job) =
+            stack.api.submit(json!({ "language": language, "code": code, "stdin": "1 2 3" }), Some(60)).await;
+        assert_eq!(status, 200, "{job}");
+        assert_eq!(job["status"], "completed", "{job}");
+        assert_eq!(job["stdout"], stdout, "{job}");
+        assert_eq!(job["stderr"], "", "{job}");
+        assert_eq!(job["exit_code"], 0);
+        assert_eq!(job["stdout_truncated"], false);
+        for field in ["id", "created_at", "started_at", "finished_at"] {
+            assert!(job[field].is_string(), "{field} missing: {job}");
+        }
+        assert!(job["duration_ms"].is_u64(), "{job}");
+    }
+}
+
+#[tokio::test]
+async fn submit_then_poll() {
+    let stack = Stack::start(&[]).await;
+    let (status, accepted) =
+        stack.api.submit(json!({ "language": "py", "code": "import sys\nprint('out')\nsys.exit(4)" }), None).await;
+    assert_eq!(status, 202, "{accepted}");
+    assert_eq!(accepted["status"], "queued");
+    let id = accepted["id"].as_str().expect("id");
+    let job = stack.api.until_status(id, "completed", Duration::from_secs(60)).await;
+    assert_eq!(job["exit_code"], 4);
+    assert_eq!(job["stdout"], "out\n");
+    assert_eq!(job["language"], "python");
+}
+
+#[tokio::test]
+async fn limits_come_back_as_statuses() {
+    let stack = Stack::start(&[]).await;
+    let (_, job) =
+        stack.api.submit(json!({ "language": "js", "code": "for (;;) {}", "timeout_ms": 500 }), Some(30)).await;
+    assert_eq!((job["status"].as_str(), job["exit_code"].is_null()), (Some("timeout"), true), "{job}");
+    let job = stack.api.run("js", "const a = []; for (;;) a.push(new Array(1e6).fill(1));").await;
+    assert_eq!(job["status"], "memory_exceeded", "{job}");
+    let job = stack.api.run("py", "print('x' * 2_000_000)").await;
+    assert_eq!(
+        (job["status"].as_str(), job["stdout_truncated"].as_bool()),
+        (Some("completed"), Some(true)),
+        "{}",
+        job["status"]
+    );
+    let job = stack.api.run("js", "await fetch('http://127.0.0.1:9/')").await;
+    assert_eq!(job["exit_code"], 1, "{job}");
+}
+
+#[tokio::test]
+async fn runtimes_reports_versions_limits_and_isolation() {
+    let stack = Stack::start(&[]).await;
+    let response = stack.api.http.get(stack.api.url("/v1/runtimes")).bearer_auth(ALICE).send().await.expect("get");
+    assert_eq!(response.status(), 200);
+    let body: serde_json::Value = response.json().await.expect("json");
+    assert_eq!(body["languages"], json!(["python", "javascript", "typescript"]));
+    assert_eq!(body["limits"]["max_timeout_ms"], 10000);
+    let worker = &body["workers"][0];
+    assert_eq!(worker["deno"], "2.9.6", "{body}");
+    assert_eq!(worker["pyodide"], "0.29.4", "{body}");
+    let layers = worker["isolation"].as_array().expect("layers");
+    assert!(layers.contains(&json!("deno_permissions")), "{body}");
+}
+
+#[tokio::test]
+async fn metrics_are_served_behind_the_token() {
+    let stack = Stack::start(&[]).await;
+    stack.api.run("js", "console.log(1)").await;
+    let unauthorized = stack.api.http.get(stack.api.url("/metrics")).send().await.expect("get");
+    assert_eq!(unauthorized.status(), 401);
+    let text = stack
+        .api
+        .http
+        .get(stack.api.url("/metrics"))
+        .bearer_auth(ALICE)
+        .send()
+        .await
+        .expect("get")
+        .text()
+        .await
+        .expect("text");
+    for name in [
+        "runbox_api_jobs_submitted_total{language=\"javascript\"} 1",
+        "runbox_api_queue_depth 0",
+        "runbox_api_workers 1",
+        "runbox_api_queue_full_total 0",
+    ] {
+        assert!(text.contains(name), "{name} missing:\n{text}");
+    }
+}

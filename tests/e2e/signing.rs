@@ -1,0 +1,98 @@
+//! Only jobs the api signed run. A forged entry, or a signed one whose
+//! payload was altered, is rejected, logged and counted, and never runs.
+
+use std::time::Duration;
+
+use serde_json::json;
+
+use crate::util::*;
+
+const STREAM: &str = "runbox:default:jobs";
+
+async fn status_in_redis(redis: &Redis, id: &str) -> Option<String> {
+    redis.cmd(redis::cmd("HGET").arg(format!("runbox:job:{id}")).arg("status")).await
+}
+
+async fn until_rejected(redis: &Redis, id: &str) {
+    for _ in 0..200 {
+        if status_in_redis(redis, id).await.as_deref() == Some("rejected") {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("job {id} was never rejected (status {:?})", status_in_redis(redis, id).await);
+}
+
+#[tokio::test]
+async fn forged_job_is_rejected() {
+    let dir = tempfile::tempdir().expect("dir");
+    let marker = dir.path().join("ran");
+    let redis = Redis::start().await;
+    let worker = start_worker(&redis, &[("RUNBOX_METRICS_PORT", &free_port().to_string())]).await;
+    let id = "11111111-1111-4111-8111-111111111111";
+    let payload =
+        json!({ "language": "javascript", "code": format!("Deno.writeTextFileSync('{}', 'x')", marker.display()) })
+            .to_string();
+    let _: String = redis
+        .cmd(
+            redis::cmd("XADD")
+                .arg(STREAM)
+                .arg("*")
+                .arg("id")
+                .arg(id)
+                .arg("payload")
+                .arg(&payload)
+                .arg("sig")
+                .arg("00".repeat(32)),
+        )
+        .await;
+    until_rejected(&redis, id).await;
+    worker.wait_for_log("signature did not verify", Duration::from_secs(5)).await;
+    let started: Option<String> = redis.cmd(redis::cmd("HGET").arg(format!("runbox:job:{id}")).arg("started_at")).await;
+    assert_eq!(started, None, "a rejected job never starts");
+    assert!(!marker.exists());
+    let depth: u64 = redis.cmd(redis::cmd("XLEN").arg(STREAM)).await;
+    assert_eq!(depth, 0, "the rejected entry is removed from the stream");
+}
+
+#[tokio::test]
+async fn tampered_job_is_rejected_and_counted() {
+    let redis = Redis::start().await;
+    let api = Api::start(&redis, &[]).await;
+    let (_, job) = api.submit(json!({ "language": "py", "code": "print('original')" }), None).await;
+    let id = job["id"].as_str().expect("id");
+
+    // Re-queue the entry with its signature but different code.
+    let entries: Vec<(String, Vec<String>)> = redis.cmd(redis::cmd("XRANGE").arg(STREAM).arg("-").arg("+")).await;
+    let fields = &entries.first().expect("one entry").1;
+    let at = fields.iter().position(|f| f == "sig").expect("sig field");
+    let signature = fields[at + 1].clone();
+    let _: i64 = redis.cmd(redis::cmd("DEL").arg(STREAM)).await;
+    let tampered = json!({ "language": "python", "code": "print('tampered')", "timeout_ms": 5000 }).to_string();
+    let _: String = redis
+        .cmd(
+            redis::cmd("XADD")
+                .arg(STREAM)
+                .arg("*")
+                .arg("id")
+                .arg(id)
+                .arg("payload")
+                .arg(&tampered)
+                .arg("sig")
+                .arg(&signature),
+        )
+        .await;
+
+    let metrics_port = free_port();
+    let worker = start_worker(&redis, &[("RUNBOX_METRICS_PORT", &metrics_port.to_string())]).await;
+    let job = api.until_status(id, "rejected", Duration::from_secs(30)).await;
+    assert_ne!(job["stdout"], "tampered\n");
+    worker.wait_for_log("signature did not verify", Duration::from_secs(5)).await;
+    let metrics = reqwest::get(format!("http://127.0.0.1:{metrics_port}/metrics"))
+        .await
+        .expect("metrics")
+        .text()
+        .await
+        .expect("text");
+    assert!(metrics.contains("runbox_worker_rejected_signatures_total 1"), "{metrics}");
+}
