@@ -9,7 +9,7 @@ use axum::extract::rejection::BytesRejection;
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use runbox_common::{Enqueued, JobRecord, Status, now_rfc3339};
+use runbox_common::{Enqueued, JobRecord, Status, Timings, now_rfc3339};
 use serde::Serialize;
 use serde_json::json;
 use tokio::time::Instant;
@@ -41,6 +41,7 @@ pub struct JobView {
     created_at: Option<String>,
     started_at: Option<String>,
     finished_at: Option<String>,
+    timings: Timings,
 }
 
 impl From<JobRecord> for JobView {
@@ -59,6 +60,7 @@ impl From<JobRecord> for JobView {
             created_at: record.created_at,
             started_at: record.started_at,
             finished_at: record.finished_at,
+            timings: record.timings,
         }
     }
 }

@@ -14,6 +14,7 @@
 //! 4. Entries whose worker died stay pending; [`Queue::reclaim`] hands them
 //!    to a live worker after they have idled long enough.
 
+use std::sync::LazyLock;
 use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
@@ -75,6 +76,21 @@ pub struct JobRecord {
     pub worker: Option<String>,
     /// Present once the job has a final status.
     pub outcome: Option<Outcome>,
+    /// Where the time went, filled in as the job progresses.
+    pub timings: Timings,
+}
+
+/// Where a job's time went, in milliseconds.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Timings {
+    /// From enqueue until a worker started it.
+    pub queue_ms: Option<u64>,
+    /// Booting its child; 0 when a warm child was ready.
+    pub boot_ms: Option<u64>,
+    /// The program's run, as `duration_ms`.
+    pub run_ms: Option<u64>,
+    /// From the child's end until the result was stored.
+    pub write_ms: Option<u64>,
 }
 
 /// A handle on the queue. Cheap to clone; clones share one multiplexed
@@ -95,13 +111,23 @@ redis.call('HSET', KEYS[2], 'status', 'queued', 'owner', ARGV[5], 'language', AR
 return 1
 ";
 
+// Times are measured on Redis's clock: the entry id starts with the
+// enqueue time in milliseconds.
+const NOW_MS: &str = r"
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+";
+
 const START: &str = r"
 local status = redis.call('HGET', KEYS[1], 'status')
 if (status == 'queued' or status == 'running') and redis.call('HGET', KEYS[1], 'cancel') ~= '1' then
-  redis.call('HSET', KEYS[1], 'status', 'running', 'worker', ARGV[1], 'started_at', ARGV[2])
-  return 1
+  local queued_ms = math.max(0, now_ms() - tonumber(string.match(ARGV[3], '^(%d+)')))
+  redis.call('HSET', KEYS[1], 'status', 'running', 'worker', ARGV[1], 'started_at', ARGV[2], 'queue_ms', queued_ms)
+  return queued_ms
 end
-return 0
+return -1
 ";
 
 // Writes the final status only over queued/running, so a second delivery's
@@ -110,15 +136,17 @@ return 0
 // visible.
 const FINISH: &str = r"
 local status = redis.call('HGET', KEYS[1], 'status')
+local write_ms = math.max(0, now_ms() - tonumber(ARGV[10]))
 if status == false or status == 'queued' or status == 'running' then
-  redis.call('HSET', KEYS[1], 'status', ARGV[1], 'result', ARGV[2], 'finished_at', ARGV[3])
+  redis.call('HSET', KEYS[1], 'status', ARGV[1], 'result', ARGV[2], 'finished_at', ARGV[3],
+    'boot_ms', ARGV[9], 'write_ms', write_ms)
   redis.call('HDEL', KEYS[1], 'cancel')
 end
 redis.call('EXPIRE', KEYS[1], ARGV[4])
 redis.call('XACK', KEYS[2], ARGV[5], ARGV[6])
 redis.call('XDEL', KEYS[2], ARGV[6])
 redis.call('PUBLISH', ARGV[7], ARGV[8])
-return 1
+return write_ms
 ";
 
 const CANCEL: &str = r"
@@ -142,6 +170,11 @@ if status == 'running' then
 end
 return 'final'
 ";
+
+static ENQUEUE_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(ENQUEUE));
+static START_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(&format!("{NOW_MS}{START}")));
+static FINISH_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(&format!("{NOW_MS}{FINISH}")));
+static CANCEL_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(CANCEL));
 
 /// Time for one Redis reply. A blocking claim adds its own block time.
 const RESPONSE_TIMEOUT: Duration = Duration::from_secs(5);
@@ -212,7 +245,7 @@ impl Queue {
         cap: u64,
         created_at: &str,
     ) -> Result<Enqueued, QueueError> {
-        let accepted: i64 = Script::new(ENQUEUE)
+        let accepted: i64 = ENQUEUE_SCRIPT
             .key(&self.stream)
             .key(keys::job(id))
             .arg(cap)
@@ -307,20 +340,25 @@ impl Queue {
         Ok(0)
     }
 
-    /// Marks job `id` running on `worker`. False when it must not run: it
-    /// was cancelled, already finished, or its hash is gone.
-    pub async fn start(&self, id: &str, worker: &str, started_at: &str) -> Result<bool, QueueError> {
-        let started: i64 = Script::new(START)
-            .key(keys::job(id))
+    /// Marks the job of `entry` running on `worker` and returns how long it
+    /// waited in the queue. None when it must not run: it was cancelled,
+    /// already finished, or its hash is gone.
+    pub async fn start(&self, entry: &Claimed, worker: &str, started_at: &str) -> Result<Option<Duration>, QueueError> {
+        let queued_ms: i64 = START_SCRIPT
+            .key(keys::job(&entry.id))
             .arg(worker)
             .arg(started_at)
+            .arg(&entry.entry)
             .invoke_async(&mut self.conn.clone())
             .await?;
-        Ok(started == 1)
+        Ok(u64::try_from(queued_ms).ok().map(Duration::from_millis))
     }
 
     /// Records the final `outcome` of job `id` (first write wins), removes
-    /// its stream entry and tells waiters.
+    /// its stream entry and tells waiters. `boot` is what booting its child
+    /// cost, `ended_ms` when the child ended (Unix ms). Returns the time from
+    /// the child's end until the result was stored.
+    #[allow(clippy::too_many_arguments)]
     pub async fn finish(
         &self,
         id: &str,
@@ -328,9 +366,11 @@ impl Queue {
         outcome: &Outcome,
         finished_at: &str,
         ttl: Duration,
-    ) -> Result<(), QueueError> {
+        boot: Duration,
+        ended_ms: u64,
+    ) -> Result<Duration, QueueError> {
         let result = serde_json::to_string(outcome).map_err(|e| QueueError::Protocol(e.to_string()))?;
-        let _: i64 = Script::new(FINISH)
+        let write_ms: i64 = FINISH_SCRIPT
             .key(keys::job(id))
             .key(&self.stream)
             .arg(outcome.status.as_str())
@@ -341,9 +381,11 @@ impl Queue {
             .arg(entry)
             .arg(keys::DONE_CHANNEL)
             .arg(id)
+            .arg(u64::try_from(boot.as_millis()).unwrap_or(u64::MAX))
+            .arg(ended_ms)
             .invoke_async(&mut self.conn.clone())
             .await?;
-        Ok(())
+        Ok(Duration::from_millis(u64::try_from(write_ms).unwrap_or(0)))
     }
 
     /// Cancels job `id`: a queued job ends at once; a running one is flagged
@@ -351,7 +393,7 @@ impl Queue {
     pub async fn cancel(&self, id: &str, finished_at: &str, ttl: Duration) -> Result<Cancelled, QueueError> {
         let outcome = Outcome { status: Status::Cancelled, ..Outcome::internal_error("") };
         let result = serde_json::to_string(&outcome).map_err(|e| QueueError::Protocol(e.to_string()))?;
-        let reply: String = Script::new(CANCEL)
+        let reply: String = CANCEL_SCRIPT
             .key(keys::job(id))
             .key(&self.stream)
             .arg(finished_at)
@@ -380,6 +422,13 @@ impl Queue {
         let field = |name: &str| fields.get(name).cloned();
         let status = field("status").unwrap_or_default();
         let outcome = field("result").and_then(|r| serde_json::from_str::<Outcome>(&r).ok());
+        let number = |name: &str| field(name).and_then(|v| v.parse::<u64>().ok());
+        let timings = Timings {
+            queue_ms: number("queue_ms"),
+            boot_ms: number("boot_ms"),
+            run_ms: outcome.as_ref().map(|o| o.duration_ms),
+            write_ms: number("write_ms"),
+        };
         Ok(Some(JobRecord {
             id: id.to_owned(),
             owner: field("owner").unwrap_or_default(),
@@ -390,6 +439,7 @@ impl Queue {
             finished_at: field("finished_at"),
             worker: field("worker"),
             outcome,
+            timings,
         }))
     }
 

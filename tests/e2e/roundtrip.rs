@@ -34,6 +34,30 @@ async fn every_language_round_trips() {
             assert!(job[field].is_string(), "{field} missing: {job}");
         }
         assert!(job["duration_ms"].is_u64(), "{job}");
+        let timings = &job["timings"];
+        assert_eq!(timings["run_ms"], job["duration_ms"], "{job}");
+        for field in ["queue_ms", "boot_ms", "write_ms"] {
+            assert!(timings[field].is_u64(), "timings.{field} missing: {job}");
+        }
+    }
+}
+
+#[tokio::test]
+async fn warm_children_serve_jobs_without_a_boot() {
+    let stack = Stack::start(&[]).await;
+    for (language, code) in [("python", "print(1)"), ("javascript", "console.log(1)")] {
+        let mut boots = Vec::new();
+        for _ in 0..10 {
+            let job = stack.api.run(language, code).await;
+            assert_eq!(job["stdout"], "1\n", "{job}");
+            let boot = job["timings"]["boot_ms"].as_u64().expect("boot_ms");
+            boots.push(boot);
+            if boot == 0 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+        assert_eq!(boots.last(), Some(&0), "{language}: no job found a warm child: boots {boots:?}");
     }
 }
 

@@ -78,6 +78,11 @@ pub struct WorkerConfig {
     /// `RUNBOX_SHUTDOWN_GRACE_MS`: on SIGTERM, how long running jobs may
     /// finish before they are killed and left for another worker.
     pub shutdown_grace: Duration,
+    /// `RUNBOX_POOL_MIN`: warm children kept per runtime even when idle.
+    pub pool_min: usize,
+    /// `RUNBOX_POOL_MAX`: warm children per runtime at most; 0 turns the
+    /// warm pool off.
+    pub pool_max: usize,
     /// `RUNBOX_METRICS_PORT`: serve `/metrics` and `/healthz` here if set.
     pub metrics_port: Option<u16>,
     pub sandbox: SandboxConfig,
@@ -112,6 +117,8 @@ impl WorkerConfig {
             max_deliveries: env_or("RUNBOX_MAX_DELIVERIES", 3)?,
             reclaim_idle: Duration::from_millis(env_or("RUNBOX_RECLAIM_IDLE_MS", millis(default_idle))?),
             shutdown_grace: Duration::from_millis(env_or("RUNBOX_SHUTDOWN_GRACE_MS", 30_000)?),
+            pool_min: env_or("RUNBOX_POOL_MIN", 1)?,
+            pool_max: env_or("RUNBOX_POOL_MAX", concurrency)?,
             metrics_port: match std::env::var("RUNBOX_METRICS_PORT") {
                 Ok(port) if !port.trim().is_empty() => Some(env_or("RUNBOX_METRICS_PORT", 0)?),
                 _ => None,

@@ -1,7 +1,12 @@
 //! Every metric the worker exports, declared in one place. Labels are
 //! bounded: language and status only, never an id.
 
-use prometheus::{HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, Opts, Registry, TextEncoder};
+use prometheus::{
+    Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, Opts, Registry, TextEncoder,
+};
+
+/// Latency buckets in seconds, from a warm JS job to the longest timeout.
+const BUCKETS: [f64; 14] = [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0];
 
 pub struct Metrics {
     registry: Registry,
@@ -9,6 +14,12 @@ pub struct Metrics {
     pub jobs_finished: IntCounterVec,
     /// Wall-clock run time of each job in its child, by language.
     pub run_duration: HistogramVec,
+    /// Time from enqueue until a worker started the job.
+    pub queue_wait: Histogram,
+    /// Time spent booting a child for a job (0 when a warm one was ready), by language.
+    pub boot_duration: HistogramVec,
+    /// Time from a child's end until its result was stored.
+    pub write_back: Histogram,
     /// Job slots currently running a job.
     pub busy_slots: IntGauge,
     /// Jobs refused because their signature did not verify.
@@ -28,8 +39,21 @@ impl Metrics {
         ));
         let run_duration = must(HistogramVec::new(
             HistogramOpts::new("run_duration_seconds", "Wall-clock run time of each job in its child.")
-                .buckets(vec![0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0]),
+                .buckets(BUCKETS.to_vec()),
             &["language"],
+        ));
+        let queue_wait = must(Histogram::with_opts(
+            HistogramOpts::new("queue_wait_seconds", "Time from enqueue until a worker started the job.")
+                .buckets(BUCKETS.to_vec()),
+        ));
+        let boot_duration = must(HistogramVec::new(
+            HistogramOpts::new("boot_seconds", "Time spent booting a child for a job (0 when a warm one was ready).")
+                .buckets(BUCKETS.to_vec()),
+            &["language"],
+        ));
+        let write_back = must(Histogram::with_opts(
+            HistogramOpts::new("write_back_seconds", "Time from a child's end until its result was stored.")
+                .buckets(BUCKETS.to_vec()),
         ));
         let busy_slots = must(IntGauge::new("busy_slots", "Job slots currently running a job."));
         let rejected_signatures =
@@ -38,11 +62,24 @@ impl Metrics {
             must(IntCounter::new("reclaimed_total", "Entries taken over from a worker that stopped answering."));
         let redis_errors =
             must(IntCounter::new("redis_errors_total", "Redis operations that failed (each is retried)."));
-        let metrics =
-            Metrics { jobs_finished, run_duration, busy_slots, rejected_signatures, reclaimed, redis_errors, registry };
-        let collectors: [Box<dyn prometheus::core::Collector>; 6] = [
+        let metrics = Metrics {
+            jobs_finished,
+            run_duration,
+            queue_wait,
+            boot_duration,
+            write_back,
+            busy_slots,
+            rejected_signatures,
+            reclaimed,
+            redis_errors,
+            registry,
+        };
+        let collectors: [Box<dyn prometheus::core::Collector>; 9] = [
             Box::new(metrics.jobs_finished.clone()),
             Box::new(metrics.run_duration.clone()),
+            Box::new(metrics.queue_wait.clone()),
+            Box::new(metrics.boot_duration.clone()),
+            Box::new(metrics.write_back.clone()),
             Box::new(metrics.busy_slots.clone()),
             Box::new(metrics.rejected_signatures.clone()),
             Box::new(metrics.reclaimed.clone()),

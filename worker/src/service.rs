@@ -25,6 +25,7 @@ use tokio_util::task::TaskTracker;
 use tracing::{Instrument, info, info_span, warn};
 
 use crate::metrics::Metrics;
+use crate::sandbox::{PoolConfig, Runner};
 use crate::{Sandbox, WorkerConfig};
 
 /// How long one claim blocks in Redis; also the longest SIGTERM waits for it.
@@ -38,7 +39,7 @@ type Running = Arc<Mutex<HashMap<String, CancellationToken>>>;
 
 struct Worker {
     config: WorkerConfig,
-    sandbox: Sandbox,
+    runner: Runner,
     queue: Queue,
     metrics: Arc<Metrics>,
     running: Running,
@@ -54,6 +55,7 @@ struct WorkerInfo<'a> {
     pyodide: Option<String>,
     isolation: Vec<&'static str>,
     concurrency: usize,
+    pool_max: usize,
     memory_mb: u32,
     max_output_bytes: usize,
     seen_at_ms: u64,
@@ -70,8 +72,10 @@ pub async fn run(
 ) -> Result<(), QueueError> {
     let queue = Queue::connect(&config.redis_url, &config.queue)?;
     let claims = Queue::connect_blocking(&config.redis_url, &config.queue, CLAIM_BLOCK)?;
+    let pool = PoolConfig { min: config.pool_min, max: config.pool_max, concurrency: config.concurrency };
+    let runner = Runner::pooled(Arc::new(sandbox), pool);
     let worker =
-        Arc::new(Worker { config, sandbox, queue, metrics, running: Arc::default(), kill: CancellationToken::new() });
+        Arc::new(Worker { config, runner, queue, metrics, running: Arc::default(), kill: CancellationToken::new() });
     let stop = CancellationToken::new();
     let tasks = TaskTracker::new();
     let background = TaskTracker::new();
@@ -163,10 +167,10 @@ impl Worker {
         let span = info_span!("job", id = %entry.id, language = tracing::field::Empty, status = tracing::field::Empty, duration_ms = tracing::field::Empty);
         async move {
             let _permit = permit;
-            if let Some(outcome) = self.run_entry(&entry).await {
-                tracing::Span::current().record("status", outcome.status.as_str());
-                tracing::Span::current().record("duration_ms", outcome.duration_ms);
-                self.finish(&entry, &outcome).await;
+            if let Some(ran) = self.run_entry(&entry).await {
+                tracing::Span::current().record("status", ran.outcome.status.as_str());
+                tracing::Span::current().record("duration_ms", ran.outcome.duration_ms);
+                self.finish(&entry, &ran).await;
                 info!("job finished");
             }
         }
@@ -176,25 +180,25 @@ impl Worker {
 
     /// Runs one claimed entry. None means it must be left pending: the
     /// worker is shutting down and the job was killed half-way.
-    async fn run_entry(&self, entry: &Claimed) -> Option<Outcome> {
+    async fn run_entry(&self, entry: &Claimed) -> Option<Ran> {
         if entry.deliveries > self.config.max_deliveries {
             warn!(deliveries = entry.deliveries, "job was delivered too often; its workers keep dying");
-            return Some(Outcome {
+            return Some(Ran::without_child(Outcome {
                 status: Status::WorkerLost,
                 ..Outcome::internal_error("the job's worker stopped answering too many times")
-            });
+            }));
         }
         if !self.config.signing_key.verify(&entry.id, &entry.payload, &entry.signature) {
             self.metrics.rejected_signatures.inc();
             warn!(entry = %entry.entry, "signature did not verify; the job will not run");
-            return Some(Outcome {
+            return Some(Ran::without_child(Outcome {
                 status: Status::Rejected,
                 ..Outcome::internal_error("job signature did not verify")
-            });
+            }));
         }
         let spec: JobSpec = match serde_json::from_str(&entry.payload) {
             Ok(spec) => spec,
-            Err(e) => return Some(Outcome::internal_error(format!("unreadable job spec: {e}"))),
+            Err(e) => return Some(Ran::without_child(Outcome::internal_error(format!("unreadable job spec: {e}")))),
         };
         tracing::Span::current().record("language", spec.language.as_str());
 
@@ -202,30 +206,35 @@ impl Worker {
         // arrives the moment it is running finds it.
         let cancel = self.kill.child_token();
         self.running.lock().unwrap_or_else(|p| p.into_inner()).insert(entry.id.clone(), cancel.clone());
-        let outcome = self.start_and_run(entry, &spec, &cancel).await;
+        let ran = self.start_and_run(entry, &spec, &cancel).await;
         self.running.lock().unwrap_or_else(|p| p.into_inner()).remove(&entry.id);
         if self.kill.is_cancelled() {
             return None;
         }
-        if let Some(outcome) = &outcome {
-            self.metrics.jobs_finished.with_label_values(&[spec.language.as_str(), outcome.status.as_str()]).inc();
-            self.metrics
-                .run_duration
-                .with_label_values(&[spec.language.as_str()])
-                .observe(outcome.duration_ms as f64 / 1000.0);
+        if let Some(ran) = &ran {
+            let language = [spec.language.as_str()];
+            self.metrics.jobs_finished.with_label_values(&[language[0], ran.outcome.status.as_str()]).inc();
+            self.metrics.run_duration.with_label_values(&language).observe(ran.outcome.duration_ms as f64 / 1000.0);
+            self.metrics.boot_duration.with_label_values(&language).observe(ran.boot.as_secs_f64());
         }
-        outcome
+        ran
     }
 
-    async fn start_and_run(&self, entry: &Claimed, spec: &JobSpec, cancel: &CancellationToken) -> Option<Outcome> {
+    async fn start_and_run(&self, entry: &Claimed, spec: &JobSpec, cancel: &CancellationToken) -> Option<Ran> {
         let mut backoff = Backoff::new();
         loop {
-            match self.queue.start(&entry.id, &self.config.name, &now_rfc3339()).await {
-                Ok(true) => break,
+            match self.queue.start(entry, &self.config.name, &now_rfc3339()).await {
+                Ok(Some(waited)) => {
+                    self.metrics.queue_wait.observe(waited.as_secs_f64());
+                    break;
+                }
                 // Cancelled or finished meanwhile: the result write below is
                 // a no-op for a finished job and records a pending cancel.
-                Ok(false) => {
-                    return Some(Outcome { status: Status::Cancelled, ..Outcome::internal_error("") });
+                Ok(None) => {
+                    return Some(Ran::without_child(Outcome {
+                        status: Status::Cancelled,
+                        ..Outcome::internal_error("")
+                    }));
                 }
                 Err(e) => {
                     self.metrics.redis_errors.inc();
@@ -238,19 +247,28 @@ impl Worker {
             }
         }
         self.metrics.busy_slots.inc();
-        let outcome = self.sandbox.run(spec, cancel).await;
+        let report = self.runner.run(spec, cancel).await;
         self.metrics.busy_slots.dec();
-        Some(outcome)
+        Some(Ran { outcome: report.outcome, boot: report.boot, ended_ms: now_unix_ms() })
     }
 
     /// Writes the result, retrying while Redis is away. If it never gets
     /// through (shutdown first), the entry stays pending and another worker
     /// runs the job again: at least once, never lost.
-    async fn finish(&self, entry: &Claimed, outcome: &Outcome) {
+    async fn finish(&self, entry: &Claimed, ran: &Ran) {
         let mut backoff = Backoff::new();
         loop {
-            match self.queue.finish(&entry.id, &entry.entry, outcome, &now_rfc3339(), self.config.result_ttl).await {
-                Ok(()) => return,
+            let finished_at = now_rfc3339();
+            let ttl = self.config.result_ttl;
+            match self
+                .queue
+                .finish(&entry.id, &entry.entry, &ran.outcome, &finished_at, ttl, ran.boot, ran.ended_ms)
+                .await
+            {
+                Ok(write_back) => {
+                    self.metrics.write_back.observe(write_back.as_secs_f64());
+                    return;
+                }
                 Err(e) => {
                     self.metrics.redis_errors.inc();
                     let delay = backoff.next();
@@ -265,18 +283,35 @@ impl Worker {
     }
 }
 
+/// A job's outcome with what it cost around the run.
+struct Ran {
+    outcome: Outcome,
+    boot: Duration,
+    /// When the child ended, in Unix milliseconds.
+    ended_ms: u64,
+}
+
+impl Ran {
+    /// An ending decided without running a child.
+    fn without_child(outcome: Outcome) -> Ran {
+        Ran { outcome, boot: Duration::ZERO, ended_ms: now_unix_ms() }
+    }
+}
+
 async fn heartbeat(worker: Arc<Worker>, stop: CancellationToken) {
-    let runtime = &worker.sandbox.runtime;
+    let sandbox = worker.runner.sandbox();
+    let runtime = &sandbox.runtime;
     let (deno, pyodide) = (runtime.deno_version(), runtime.pyodide_version());
     loop {
         let info = WorkerInfo {
             name: &worker.config.name,
             deno: deno.clone(),
             pyodide: pyodide.clone(),
-            isolation: worker.sandbox.isolation.layers(),
+            isolation: sandbox.isolation.layers(),
             concurrency: worker.config.concurrency,
-            memory_mb: worker.sandbox.limits.memory_mb,
-            max_output_bytes: worker.sandbox.limits.max_output_bytes,
+            pool_max: worker.config.pool_max,
+            memory_mb: sandbox.limits.memory_mb,
+            max_output_bytes: sandbox.limits.max_output_bytes,
             seen_at_ms: now_unix_ms(),
         };
         if let Ok(info) = serde_json::to_string(&info)

@@ -44,7 +44,6 @@ const RSS_POLL: Duration = Duration::from_millis(20);
 
 /// A child that has booted and waits for its one program.
 pub struct BootedChild {
-    language: Language,
     child: Child,
     stdin: ChildStdin,
     stdout: ChildStdout,
@@ -96,12 +95,17 @@ impl BootedChild {
             let _ = tokio::time::timeout(DRAIN_TIMEOUT, (&mut stderr).take(8192).read_to_end(&mut message)).await;
             return Err(SandboxError::Boot(String::from_utf8_lossy(&message).trim().to_owned()));
         }
-        Ok(BootedChild { language, child, stdin, stdout, stderr, dir, boot_time: started.elapsed() })
+        Ok(BootedChild { child, stdin, stdout, stderr, dir, boot_time: started.elapsed() })
     }
 
     /// The child's process id, which is also its process group id.
     pub fn pid(&self) -> Option<u32> {
         self.child.id()
+    }
+
+    /// False once the child has exited (it should not have, before its job).
+    pub fn is_alive(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
     }
 
     /// The child's private directory.
@@ -112,8 +116,9 @@ impl BootedChild {
     /// Runs `spec` in this child and returns how it ended. The child is gone
     /// afterwards, whatever happened.
     pub async fn run(self, spec: &JobSpec, sandbox: &Sandbox, cancel: &CancellationToken) -> Outcome {
-        let BootedChild { language, mut child, mut stdin, stdout, stderr, dir: _dir, .. } = self;
-        let frame = match serde_json::to_vec(&Frame { language, code: &spec.code }) {
+        let BootedChild { mut child, mut stdin, stdout, stderr, dir: _dir, .. } = self;
+        // The frame names the job's language: one JS child serves JS and TS.
+        let frame = match serde_json::to_vec(&Frame { language: spec.language, code: &spec.code }) {
             Ok(frame) => frame,
             Err(e) => return Outcome::internal_error(format!("could not encode the job: {e}")),
         };

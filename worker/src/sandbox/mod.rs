@@ -12,11 +12,15 @@
 //!    then arrive over the stdin pipe ([`child`]), never as a file.
 //! 4. stdout and stderr are drained concurrently and capped ([`output`]);
 //!    on timeout or cancellation the whole group gets SIGKILL.
+//!
+//! Steps 1 to 3 can happen before the job exists: [`Runner`] keeps a warm
+//! pool of booted children ([`pool`]), each still used for one job only.
 
 mod child;
 mod command;
 mod isolation;
 mod output;
+mod pool;
 mod runtime;
 
 use std::path::PathBuf;
@@ -27,6 +31,7 @@ use tokio_util::sync::CancellationToken;
 
 pub use child::BootedChild;
 pub use isolation::{Isolation, NetworkIsolation};
+pub use pool::{PoolConfig, RunReport, Runner};
 pub use runtime::{DEFAULT_RUNTIME_DIR, Runtime, SNAPSHOT_FILE};
 
 /// Errors that keep a run from starting. Once a child runs, every ending is
@@ -75,6 +80,7 @@ impl Limits {
 }
 
 /// Runs programs, one fresh child each.
+#[derive(Clone)]
 pub struct Sandbox {
     pub runtime: Runtime,
     pub limits: Limits,
@@ -92,7 +98,7 @@ impl Sandbox {
         Ok(sandbox)
     }
 
-    /// Runs one program in a new child and returns how it ended.
+    /// Runs one program in a new child, booted now, and returns how it ended.
     pub async fn run(&self, spec: &JobSpec, cancel: &CancellationToken) -> Outcome {
         match BootedChild::boot(self, spec.language).await {
             Ok(child) => child.run(spec, self, cancel).await,

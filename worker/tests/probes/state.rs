@@ -2,7 +2,6 @@
 //! directory (its DENO_DIR included) is gone once it ends.
 
 use runbox_common::{Language, Status};
-use tokio_util::sync::CancellationToken;
 
 use crate::util::*;
 
@@ -10,9 +9,10 @@ use crate::util::*;
 /// checks that no job directory is left behind.
 async fn two_runs(language: Language, first: &str, second: &str) -> (runbox_common::Outcome, runbox_common::Outcome) {
     let work = tempfile::tempdir().expect("work dir");
-    let sandbox = sandbox_with(limits(), work.path()).await;
-    let one = sandbox.run(&spec(language, first), &CancellationToken::new()).await;
-    let two = sandbox.run(&spec(language, second), &CancellationToken::new()).await;
+    let runner = runner_with(limits(), work.path()).await;
+    let one = run_on(&runner, &spec(language, first)).await;
+    let two = run_on(&runner, &spec(language, second)).await;
+    drop(runner);
     let left: Vec<_> = std::fs::read_dir(work.path()).expect("read work dir").collect();
     assert!(left.is_empty(), "job directories left behind: {left:?}");
     (one, two)
@@ -108,10 +108,11 @@ async fn python_local_storage_through_js() {
 #[tokio::test]
 async fn job_directory_is_removed_after_a_timeout_too() {
     let work = tempfile::tempdir().expect("work dir");
-    let sandbox = sandbox_with(limits(), work.path()).await;
+    let runner = runner_with(limits(), work.path()).await;
     let mut job = spec(Js, "for (;;) {}");
     job.timeout_ms = Some(300);
-    let outcome = sandbox.run(&job, &CancellationToken::new()).await;
+    let outcome = run_on(&runner, &job).await;
+    drop(runner);
     assert_status(&outcome, Status::Timeout);
     assert_eq!(std::fs::read_dir(work.path()).expect("read").count(), 0);
 }

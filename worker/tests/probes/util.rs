@@ -1,8 +1,9 @@
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
 use runbox_common::{JobSpec, Language, Outcome, Status};
-use runbox_worker::sandbox::{Limits, Runtime, Sandbox};
+use runbox_worker::sandbox::{Limits, PoolConfig, Runner, Runtime, Sandbox};
 use tokio::sync::OnceCell;
 use tokio_util::sync::CancellationToken;
 
@@ -32,11 +33,29 @@ pub async fn sandbox() -> &'static Sandbox {
         .await
 }
 
-/// A sandbox like the shared one, but with its own `limits` and job
-/// directories made under `work_dir`.
-pub async fn sandbox_with(limits: Limits, work_dir: &Path) -> Sandbox {
-    let shared = sandbox().await;
-    Sandbox { runtime: shared.runtime.clone(), limits, isolation: shared.isolation, work_dir: work_dir.to_owned() }
+/// Whether probes run on warm pooled children (the default) or on children
+/// booted for each job (`RUNBOX_PROBE_MODE=cold`). CI runs both.
+pub fn pooled() -> bool {
+    std::env::var("RUNBOX_PROBE_MODE").map_or(true, |mode| mode != "cold")
+}
+
+/// A runner in the probe mode, with its own `limits` and job directories
+/// made under `work_dir`.
+pub async fn runner_with(limits: Limits, work_dir: &Path) -> Runner {
+    let sandbox = Arc::new(Sandbox { limits, work_dir: work_dir.to_owned(), ..sandbox().await.clone() });
+    if pooled() {
+        Runner::pooled(sandbox, PoolConfig { min: 0, max: 1, concurrency: 1 })
+    } else {
+        Runner::cold(sandbox)
+    }
+}
+
+/// Runs `spec` on `runner`, from a warm child in pooled mode.
+pub async fn run_on(runner: &Runner, spec: &JobSpec) -> Outcome {
+    runner.wait_warm(spec.language).await;
+    let report = runner.run(spec, &CancellationToken::new()).await;
+    assert_eq!(report.boot.is_zero(), pooled(), "ran in the wrong mode");
+    report.outcome
 }
 
 pub fn spec(language: Language, code: &str) -> JobSpec {
@@ -48,7 +67,8 @@ pub async fn run(language: Language, code: &str) -> Outcome {
 }
 
 pub async fn run_spec(spec: &JobSpec) -> Outcome {
-    sandbox().await.run(spec, &CancellationToken::new()).await
+    let runner = runner_with(limits(), &std::env::temp_dir()).await;
+    run_on(&runner, spec).await
 }
 
 /// The program ran, failed, and said why on stderr.
