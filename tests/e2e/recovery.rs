@@ -37,6 +37,45 @@ async fn job_of_a_killed_worker_finishes_on_another() {
     second.wait_for_log("took over jobs from a worker that stopped answering", Duration::from_secs(1)).await;
 }
 
+/// Pids of the processes whose parent is `parent`.
+fn children_of(parent: nix::unistd::Pid) -> Vec<i32> {
+    let mut children = Vec::new();
+    for entry in std::fs::read_dir("/proc").expect("/proc").flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else { continue };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { continue };
+        // Fields after the command name, which is in parentheses: state, ppid, ...
+        let after = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+        if after.split_whitespace().nth(1).and_then(|p| p.parse::<i32>().ok()) == Some(parent.as_raw()) {
+            children.push(pid);
+        }
+    }
+    children
+}
+
+fn alive(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        let state = stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().next().map(str::to_owned));
+        state.as_deref() != Some("Z")
+    })
+}
+
+#[tokio::test]
+async fn children_die_with_a_killed_worker() {
+    let redis = Redis::start().await;
+    let api = Api::start(&redis, &[]).await;
+    let mut worker = start_worker(&redis, &[]).await;
+    submit_and_wait_running(&api, "for (;;) {}").await;
+    let children = children_of(worker.pid());
+    assert!(!children.is_empty(), "the worker has no children");
+    worker.signal(Signal::SIGKILL);
+    worker.wait(Duration::from_secs(5)).await;
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while children.iter().any(|&pid| alive(pid)) {
+        assert!(Instant::now() < deadline, "children outlived their worker: {children:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 #[tokio::test]
 async fn job_that_keeps_killing_workers_ends_as_worker_lost() {
     let redis = Redis::start().await;

@@ -11,6 +11,7 @@ use std::ffi::OsString;
 use std::path::Path;
 
 use nix::sys::resource::{Resource, setrlimit};
+use nix::sys::signal::Signal;
 use nix::unistd::{Gid, Uid, setgid, setgroups, setuid};
 use runbox_common::Language;
 use tokio::process::Command;
@@ -97,10 +98,11 @@ pub fn deno_command(
     let data_bytes = (u64::from(limits.memory_mb) * 1024 * 1024 * 4).max(MIN_DATA_BYTES);
     let network = isolation.network;
     let uid = isolation.uid;
+    let parent = nix::unistd::getpid();
     #[allow(unsafe_code)]
     // SAFETY: the closure runs between fork and exec, where only
     // async-signal-safe calls are allowed. It makes plain syscalls
-    // (setrlimit, unshare, setgroups, setgid, setuid) on values computed
+    // (setrlimit, unshare, setgroups, setgid, setuid, prctl, getppid) on values computed
     // before the fork, and allocates nothing.
     unsafe {
         command.pre_exec(move || {
@@ -115,6 +117,14 @@ pub fn deno_command(
                 setgroups(&[])?;
                 setgid(Gid::from_raw(uid))?;
                 setuid(Uid::from_raw(uid))?;
+            }
+            // The child lives in its own process group, so a worker that
+            // dies (even by SIGKILL) would leave it running; this ties its
+            // life to ours. Set after setuid, which clears it.
+            nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)?;
+            if nix::unistd::getppid() != parent {
+                // The worker exited before the line above took effect.
+                return Err(nix::errno::Errno::ESRCH.into());
             }
             Ok(())
         });
