@@ -76,12 +76,7 @@ pub async fn probe(sandbox: &Sandbox) -> Result<Isolation, SandboxError> {
 }
 
 async fn self_test(sandbox: &Sandbox, isolation: Isolation) -> Result<(), SandboxError> {
-    let trial = Sandbox {
-        runtime: sandbox.runtime.clone(),
-        limits: sandbox.limits.clone(),
-        isolation,
-        work_dir: sandbox.work_dir.clone(),
-    };
+    let trial = Sandbox { isolation, ..sandbox.clone() };
     let spec = JobSpec {
         language: Language::Javascript,
         code: "console.log(6 * 7)".into(),

@@ -57,6 +57,8 @@ async fn js_reads_a_sibling_jobs_directory() {
     let sandbox = sandbox().await;
     let sibling = BootedChild::boot(sandbox, Js).await.expect("sibling boots");
     let sibling_dir = sibling.dir().to_owned();
+    let mode = std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(&sibling_dir).expect("stat").permissions());
+    assert_eq!(mode & 0o777, 0o700, "job directories are private");
     let secret_file = sibling_dir.join("secret.txt");
     std::fs::write(&secret_file, SECRET).expect("plant in sibling");
     let code = format!(
