@@ -3,7 +3,7 @@ use std::time::Duration;
 
 use runbox_common::{ConfigError, SigningKey, env_or, env_required};
 
-use crate::sandbox::{DEFAULT_RUNTIME_DIR, Limits};
+use crate::sandbox::{DEFAULT_RUNTIME_DIR, Limits, PoolConfig};
 
 /// Sandbox settings, read from the environment once at start-up.
 #[derive(Debug, Clone)]
@@ -78,11 +78,8 @@ pub struct WorkerConfig {
     /// `RUNBOX_SHUTDOWN_GRACE_MS`: on SIGTERM, how long running jobs may
     /// finish before they are killed and left for another worker.
     pub shutdown_grace: Duration,
-    /// `RUNBOX_POOL_MIN`: warm children kept per runtime even when idle.
-    pub pool_min: usize,
-    /// `RUNBOX_POOL_MAX`: warm children per runtime at most; 0 turns the
-    /// warm pool off.
-    pub pool_max: usize,
+    /// The warm pool: `RUNBOX_POOL_MIN` and `RUNBOX_POOL_MAX`.
+    pub pool: PoolConfig,
     /// `RUNBOX_METRICS_PORT`: serve `/metrics` and `/healthz` here if set.
     pub metrics_port: Option<u16>,
     pub sandbox: SandboxConfig,
@@ -117,13 +114,20 @@ impl WorkerConfig {
             max_deliveries: env_or("RUNBOX_MAX_DELIVERIES", 3)?,
             reclaim_idle: Duration::from_millis(env_or("RUNBOX_RECLAIM_IDLE_MS", millis(default_idle))?),
             shutdown_grace: Duration::from_millis(env_or("RUNBOX_SHUTDOWN_GRACE_MS", 30_000)?),
-            pool_min: env_or("RUNBOX_POOL_MIN", 1)?,
-            pool_max: env_or("RUNBOX_POOL_MAX", concurrency)?,
+            pool: PoolConfig::from_env(concurrency)?,
             metrics_port: match std::env::var("RUNBOX_METRICS_PORT") {
                 Ok(port) if !port.trim().is_empty() => Some(env_or("RUNBOX_METRICS_PORT", 0)?),
                 _ => None,
             },
             sandbox,
         })
+    }
+}
+
+impl PoolConfig {
+    /// `RUNBOX_POOL_MIN` (default 1) and `RUNBOX_POOL_MAX` (default
+    /// `concurrency`; 0 turns the pool off), per runtime.
+    pub fn from_env(concurrency: usize) -> Result<PoolConfig, ConfigError> {
+        Ok(PoolConfig { min: env_or("RUNBOX_POOL_MIN", 1)?, max: env_or("RUNBOX_POOL_MAX", concurrency)?, concurrency })
     }
 }

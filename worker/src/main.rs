@@ -7,6 +7,8 @@ use runbox_common::{JobSpec, Language};
 use runbox_worker::{SandboxConfig, WorkerConfig};
 use tokio_util::sync::CancellationToken;
 
+mod batch;
+
 /// With no subcommand, serves the queue: claims jobs from Redis and runs
 /// them until SIGTERM or Ctrl-C. Settings come from the RUNBOX_* variables.
 #[derive(Parser)]
@@ -32,6 +34,19 @@ enum Command {
         /// Wall-clock limit in milliseconds.
         #[arg(long)]
         timeout_ms: Option<u64>,
+    },
+    /// Runs many jobs through the warm pool, without Redis: reads one job per
+    /// line of stdin (JSON: language, code, stdin?, timeout_ms?, id?) and
+    /// writes one result per line as each finishes (JSON: index, id, status,
+    /// exit_code, stdout, stderr, duration_ms, boot_ms, latency_ms).
+    Batch {
+        /// Jobs run at once.
+        #[arg(long, default_value_t = 2)]
+        concurrency: usize,
+        /// Wait for a warm child of each language in the batch before the
+        /// first job, so timings show the steady state.
+        #[arg(long)]
+        warm_up: bool,
     },
 }
 
@@ -65,6 +80,7 @@ fn run() -> anyhow::Result<()> {
             println!("{}", serde_json::to_string_pretty(&outcome)?);
             anyhow::Ok(())
         })?,
+        Some(Command::Batch { concurrency, warm_up }) => runtime.block_on(batch::run(concurrency.max(1), warm_up))?,
     }
     Ok(())
 }

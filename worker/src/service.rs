@@ -25,7 +25,7 @@ use tokio_util::task::TaskTracker;
 use tracing::{Instrument, info, info_span, warn};
 
 use crate::metrics::Metrics;
-use crate::sandbox::{PoolConfig, Runner};
+use crate::sandbox::Runner;
 use crate::{Sandbox, WorkerConfig};
 
 /// How long one claim blocks in Redis; also the longest SIGTERM waits for it.
@@ -72,8 +72,7 @@ pub async fn run(
 ) -> Result<(), QueueError> {
     let queue = Queue::connect(&config.redis_url, &config.queue)?;
     let claims = Queue::connect_blocking(&config.redis_url, &config.queue, CLAIM_BLOCK)?;
-    let pool = PoolConfig { min: config.pool_min, max: config.pool_max, concurrency: config.concurrency };
-    let runner = Runner::pooled(Arc::new(sandbox), pool);
+    let runner = Runner::pooled(Arc::new(sandbox), config.pool);
     let worker =
         Arc::new(Worker { config, runner, queue, metrics, running: Arc::default(), kill: CancellationToken::new() });
     let stop = CancellationToken::new();
@@ -309,7 +308,7 @@ async fn heartbeat(worker: Arc<Worker>, stop: CancellationToken) {
             pyodide: pyodide.clone(),
             isolation: sandbox.isolation.layers(),
             concurrency: worker.config.concurrency,
-            pool_max: worker.config.pool_max,
+            pool_max: worker.config.pool.max,
             memory_mb: sandbox.limits.memory_mb,
             max_output_bytes: sandbox.limits.max_output_bytes,
             seen_at_ms: now_unix_ms(),

@@ -65,7 +65,9 @@ impl Kind {
 #[derive(Debug)]
 pub struct RunReport {
     pub outcome: Outcome,
-    /// Time spent booting a child for this job; zero when a warm one was ready.
+    /// Time spent getting a booted child for this job: zero when a warm one
+    /// was ready, the rest of its boot when one was on its way, a whole boot
+    /// otherwise.
     pub boot: Duration,
 }
 
@@ -85,6 +87,8 @@ struct Pool {
 #[derive(Default)]
 struct State {
     idle: [VecDeque<BootedChild>; 2],
+    /// Children the refiller is booting right now.
+    booting: [usize; 2],
     running: [usize; 2],
     /// The most jobs of each kind that ran at once lately, and when.
     peak: [(usize, Option<Instant>); 2],
@@ -118,16 +122,18 @@ impl Runner {
     /// Runs `spec` in a fresh child and reports how it ended.
     pub async fn run(&self, spec: &JobSpec, cancel: &CancellationToken) -> RunReport {
         let kind = Kind::of(spec.language);
+        let waiting = Instant::now();
         let warm = match &self.pool {
-            Some(pool) => pool.take(kind),
+            Some(pool) => pool.take(kind).await,
             None => None,
         };
         let (child, boot) = match warm {
-            Some(child) => (Ok(child), Duration::ZERO),
+            // Ready at once counts as no boot at all.
+            Some(child) if waiting.elapsed() < Duration::from_millis(1) => (Ok(child), Duration::ZERO),
+            Some(child) => (Ok(child), waiting.elapsed()),
             None => {
                 let child = BootedChild::boot(&self.sandbox, spec.language).await;
-                let boot = child.as_ref().map_or(Duration::ZERO, |c| c.boot_time);
-                (child, boot)
+                (child, waiting.elapsed())
             }
         };
         let outcome = match child {
@@ -178,27 +184,39 @@ impl Pool {
         self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// Takes a live warm child for `kind`, if one is ready, and counts the job.
-    fn take(&self, kind: Kind) -> Option<BootedChild> {
-        let mut state = self.lock();
+    /// Counts the job and takes a live warm child for `kind`: one that is
+    /// ready, or else one that is already booting (it is further along than
+    /// a new boot would be). None when neither exists.
+    async fn take(&self, kind: Kind) -> Option<BootedChild> {
         let k = kind as usize;
-        state.running[k] += 1;
-        let now = Instant::now();
-        let (peak, at) = state.peak[k];
-        let stale = at.is_none_or(|at| now.duration_since(at) > DEMAND_WINDOW);
-        if stale || state.running[k] >= peak {
-            state.peak[k] = (state.running[k], Some(now));
-        }
-        let mut child = None;
-        while let Some(mut candidate) = state.idle[k].pop_front() {
-            if candidate.is_alive() {
-                child = Some(candidate);
-                break;
+        {
+            let mut state = self.lock();
+            state.running[k] += 1;
+            let now = Instant::now();
+            let (peak, at) = state.peak[k];
+            let stale = at.is_none_or(|at| now.duration_since(at) > DEMAND_WINDOW);
+            if stale || state.running[k] >= peak {
+                state.peak[k] = (state.running[k], Some(now));
             }
         }
-        drop(state);
         self.changed.notify_waiters();
-        child
+        loop {
+            let changed = self.changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            {
+                let mut state = self.lock();
+                while let Some(mut candidate) = state.idle[k].pop_front() {
+                    if candidate.is_alive() {
+                        return Some(candidate);
+                    }
+                }
+                if state.booting[k] == 0 {
+                    return None;
+                }
+            }
+            changed.await;
+        }
     }
 
     fn finished(&self, kind: Kind) {
@@ -230,8 +248,17 @@ impl Pool {
             .map(|(kind, _)| kind)
     }
 
+    fn booting(&self, kind: Kind, delta: isize) {
+        let mut state = self.lock();
+        let count = &mut state.booting[kind as usize];
+        *count = count.saturating_add_signed(delta);
+    }
+
     fn put(&self, kind: Kind, child: BootedChild) {
-        self.lock().idle[kind as usize].push_back(child);
+        let mut state = self.lock();
+        state.idle[kind as usize].push_back(child);
+        state.booting[kind as usize] = state.booting[kind as usize].saturating_sub(1);
+        drop(state);
         self.changed.notify_waiters();
     }
 }
@@ -242,9 +269,14 @@ async fn refill(pool: Weak<Pool>) {
         let Some(strong) = pool.upgrade() else { return };
         let next = strong.next_to_boot();
         match next {
-            Some(kind) => match BootedChild::boot(&strong.sandbox, kind.language()).await {
+            Some(kind) => match {
+                strong.booting(kind, 1);
+                BootedChild::boot(&strong.sandbox, kind.language()).await
+            } {
                 Ok(child) => strong.put(kind, child),
                 Err(e) => {
+                    strong.booting(kind, -1);
+                    strong.changed.notify_waiters();
                     tracing::warn!(error = %e, "could not warm a child; retrying in 1 s");
                     drop(strong);
                     tokio::time::sleep(Duration::from_secs(1)).await;
