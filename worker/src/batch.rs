@@ -4,7 +4,7 @@
 
 use std::io::{BufRead, Write};
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use runbox_common::{JobSpec, Language};
@@ -33,7 +33,7 @@ struct Result<'a> {
     latency_ms: f64,
 }
 
-pub async fn run(concurrency: usize, warm_up: bool) -> anyhow::Result<()> {
+pub async fn run(concurrency: usize, warm_up: bool, pause: Duration) -> anyhow::Result<()> {
     let mut jobs = Vec::new();
     for (n, line) in std::io::stdin().lock().lines().enumerate() {
         let line = line.context("reading stdin")?;
@@ -70,6 +70,7 @@ pub async fn run(concurrency: usize, warm_up: bool) -> anyhow::Result<()> {
                     index
                 };
                 let Some(job) = jobs.get(index) else { return anyhow::Ok(()) };
+                tokio::time::sleep(pause).await;
                 let started = Instant::now();
                 let report = runner.run(&job.spec, &CancellationToken::new()).await;
                 let result = Result {

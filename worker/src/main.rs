@@ -47,6 +47,9 @@ enum Command {
         /// first job, so timings show the steady state.
         #[arg(long)]
         warm_up: bool,
+        /// Pause before each job, in milliseconds (an agent's think time).
+        #[arg(long, default_value_t = 0)]
+        pause_ms: u64,
     },
 }
 
@@ -80,7 +83,10 @@ fn run() -> anyhow::Result<()> {
             println!("{}", serde_json::to_string_pretty(&outcome)?);
             anyhow::Ok(())
         })?,
-        Some(Command::Batch { concurrency, warm_up }) => runtime.block_on(batch::run(concurrency.max(1), warm_up))?,
+        Some(Command::Batch { concurrency, warm_up, pause_ms }) => {
+            let pause = std::time::Duration::from_millis(pause_ms);
+            runtime.block_on(batch::run(concurrency.max(1), warm_up, pause))?;
+        }
     }
     Ok(())
 }
