@@ -226,14 +226,15 @@ impl Pool {
         self.changed.notify_waiters();
     }
 
-    /// The kind most short of its target, if warming may run now.
-    fn next_to_boot(&self) -> Option<Kind> {
-        let state = self.lock();
+    /// Picks the kind most short of its target and counts it as booting,
+    /// if warming may run now.
+    fn start_boot(&self) -> Option<Kind> {
+        let mut state = self.lock();
         if state.running.iter().sum::<usize>() >= self.config.concurrency {
             return None;
         }
         let now = Instant::now();
-        Kind::ALL
+        let next = Kind::ALL
             .into_iter()
             .map(|kind| {
                 let k = kind as usize;
@@ -241,17 +242,15 @@ impl Pool {
                 let recent = at.is_some_and(|at| now.duration_since(at) <= DEMAND_WINDOW);
                 let demand = if recent { peak } else { 0 };
                 let target = demand.clamp(self.config.min, self.config.max.max(self.config.min));
-                (kind, target.saturating_sub(state.idle[k].len()))
+                (kind, target.saturating_sub(state.idle[k].len() + state.booting[k]))
             })
             .filter(|(_, short)| *short > 0)
             .max_by_key(|(_, short)| *short)
-            .map(|(kind, _)| kind)
-    }
-
-    fn booting(&self, kind: Kind, delta: isize) {
-        let mut state = self.lock();
-        let count = &mut state.booting[kind as usize];
-        *count = count.saturating_add_signed(delta);
+            .map(|(kind, _)| kind);
+        if let Some(kind) = next {
+            state.booting[kind as usize] += 1;
+        }
+        next
     }
 
     fn put(&self, kind: Kind, child: BootedChild) {
@@ -267,15 +266,11 @@ impl Pool {
 async fn refill(pool: Weak<Pool>) {
     loop {
         let Some(strong) = pool.upgrade() else { return };
-        let next = strong.next_to_boot();
-        match next {
-            Some(kind) => match {
-                strong.booting(kind, 1);
-                BootedChild::boot(&strong.sandbox, kind.language()).await
-            } {
+        match strong.start_boot() {
+            Some(kind) => match BootedChild::boot(&strong.sandbox, kind.language()).await {
                 Ok(child) => strong.put(kind, child),
                 Err(e) => {
-                    strong.booting(kind, -1);
+                    strong.lock().booting[kind as usize] -= 1;
                     strong.changed.notify_waiters();
                     tracing::warn!(error = %e, "could not warm a child; retrying in 1 s");
                     drop(strong);
