@@ -88,7 +88,7 @@ pub struct Sandbox {
     pub isolation: Isolation,
     /// Where job directories are made.
     pub work_dir: PathBuf,
-    /// A DENO_DIR seeded with Deno's code cache, copied into each child's.
+    /// A DENO_DIR seeded with Deno's code cache, copied into each Python child's.
     pub cache_seed: Option<Arc<tempfile::TempDir>>,
 }
 
