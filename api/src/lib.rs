@@ -108,17 +108,7 @@ async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
 }
 
 async fn runtimes(State(state): State<AppState>) -> Result<Json<Value>, ApiError> {
-    let now = now_unix_ms();
-    let workers: Vec<Value> = state
-        .queue
-        .workers()
-        .await?
-        .iter()
-        .filter_map(|w| serde_json::from_str::<Value>(w).ok())
-        .filter(|w| {
-            w.get("seen_at_ms").and_then(Value::as_u64).is_some_and(|seen| now.saturating_sub(seen) < WORKER_STALE_MS)
-        })
-        .collect();
+    let workers = live_workers(&state).await?;
     let limits = &state.config.limits;
     Ok(Json(json!({
         "languages": Language::ALL.map(Language::as_str),
@@ -139,18 +129,23 @@ async fn metrics(State(state): State<AppState>) -> Result<String, ApiError> {
     m.queue_depth.set(i64::try_from(state.queue.depth().await?).unwrap_or(i64::MAX));
     let oldest = state.queue.oldest_queued_age(now_unix_ms()).await?;
     m.oldest_queued_age_seconds.set(oldest.map_or(0, |age| i64::try_from(age.as_secs()).unwrap_or(i64::MAX)));
+    m.workers.set(i64::try_from(live_workers(&state).await?.len()).unwrap_or(i64::MAX));
+    m.waiters.set(i64::try_from(state.waiters.len()).unwrap_or(i64::MAX));
+    Ok(m.render())
+}
+
+/// What each worker with a recent heartbeat reports about itself.
+async fn live_workers(state: &AppState) -> Result<Vec<Value>, ApiError> {
     let now = now_unix_ms();
-    let live = state
+    let fresh = |w: &Value| {
+        w.get("seen_at_ms").and_then(Value::as_u64).is_some_and(|seen| now.saturating_sub(seen) < WORKER_STALE_MS)
+    };
+    Ok(state
         .queue
         .workers()
         .await?
         .iter()
         .filter_map(|w| serde_json::from_str::<Value>(w).ok())
-        .filter(|w| {
-            w.get("seen_at_ms").and_then(Value::as_u64).is_some_and(|seen| now.saturating_sub(seen) < WORKER_STALE_MS)
-        })
-        .count();
-    m.workers.set(i64::try_from(live).unwrap_or(i64::MAX));
-    m.waiters.set(i64::try_from(state.waiters.len()).unwrap_or(i64::MAX));
-    Ok(m.render())
+        .filter(fresh)
+        .collect())
 }

@@ -51,8 +51,6 @@ pub struct BootedChild {
     stderr: ChildStderr,
     /// The child's private directory; removed when this is dropped.
     dir: TempDir,
-    /// How long the boot took.
-    pub boot_time: Duration,
 }
 
 /// The job frame the harness reads; see `runtime/harness/protocol.mjs`.
@@ -72,13 +70,12 @@ enum Ending {
 impl BootedChild {
     /// Starts a child for `language` and waits until its harness is ready.
     pub async fn boot(sandbox: &Sandbox, language: Language) -> Result<BootedChild, SandboxError> {
-        let started = Instant::now();
         let dir = private_dir("runbox-job-", sandbox)?;
         if let (Language::Python, Some(seed)) = (language, &sandbox.cache_seed) {
             copy_tree(&seed.path().join("deno"), &dir.path().join("deno"), sandbox)?;
         }
         let (child, stdin, stdout, stderr) = spawn_ready(sandbox, language, dir.path()).await?;
-        Ok(BootedChild { child, stdin, stdout, stderr, dir, boot_time: started.elapsed() })
+        Ok(BootedChild { child, stdin, stdout, stderr, dir })
     }
 
     /// The child's process id, which is also its process group id.
