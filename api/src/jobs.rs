@@ -116,13 +116,16 @@ pub async fn submit(
     state.metrics.jobs_submitted.with_label_values(&[spec.language.as_str()]).inc();
     tracing::info!(%id, language = %spec.language, "job queued");
 
+    let mut status = Status::Queued.as_str().to_owned();
     if wait > 0
         && let Some(record) = wait_for(&state, &id, Duration::from_secs(wait)).await?
-        && is_final(&record)
     {
-        return Ok((StatusCode::OK, Json(JobView::from(record))).into_response());
+        if is_final(&record) {
+            return Ok((StatusCode::OK, Json(JobView::from(record))).into_response());
+        }
+        status = record.status;
     }
-    Ok((StatusCode::ACCEPTED, Json(json!({ "id": id, "status": Status::Queued.as_str() }))).into_response())
+    Ok((StatusCode::ACCEPTED, Json(json!({ "id": id, "status": status }))).into_response())
 }
 
 pub async fn get(

@@ -157,3 +157,24 @@ async fn sigterm_past_the_grace_leaves_the_job_for_another_worker() {
     let job = api.until_status(&id, "completed", Duration::from_secs(30)).await;
     assert_eq!(job["stdout"], "finished\n");
 }
+
+#[tokio::test]
+async fn api_and_worker_started_before_redis_wait_for_it() {
+    let port = free_port();
+    let absent = Redis::absent(port);
+    let api = Api::start(&absent, &[]).await;
+    let ready = api.http.get(api.url("/readyz")).send().await.expect("readyz");
+    assert_eq!(ready.status(), 503, "ready without redis");
+    let worker = start_worker(&absent, &[]).await;
+    worker.wait_for_log("could not claim jobs", Duration::from_secs(10)).await;
+
+    let _redis = Redis::start_on(port).await;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while api.http.get(api.url("/readyz")).send().await.expect("readyz").status() != 200 {
+        assert!(Instant::now() < deadline, "api never became ready");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let (status, job) = api.submit(json!({ "language": "js", "code": "console.log('late')" }), Some(30)).await;
+    assert_eq!((status, job["stdout"].as_str()), (200, Some("late\n")), "{job}\n{}", worker.logs());
+    worker.wait_for_log("redis reachable again", Duration::from_secs(5)).await;
+}

@@ -58,6 +58,11 @@ impl Redis {
         panic!("redis-server did not start on port {port}");
     }
 
+    /// A Redis that is not running (yet) on `port`, for start-up tests.
+    pub fn absent(port: u16) -> Redis {
+        Redis { child: None, port }
+    }
+
     pub fn url(&self) -> String {
         format!("redis://127.0.0.1:{}", self.port)
     }
