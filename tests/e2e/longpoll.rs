@@ -40,10 +40,13 @@ async fn wait_expires_with_the_current_state() {
     let (status, job) = stack.api.get(id, ALICE, Some(1)).await;
     assert_eq!((status, job["status"].as_str()), (200, Some("running")), "{job}");
     assert!(started.elapsed() >= Duration::from_millis(900), "returned after {:?}", started.elapsed());
-    // Submit-with-wait that runs out of time answers 202 with the id.
+    // Submit-with-wait that runs out of time answers 202 with the id and
+    // the state the job is in.
     let (status, job) =
         stack.api.submit(json!({ "language": "js", "code": "for (;;) {}", "timeout_ms": 3000 }), Some(1)).await;
-    assert_eq!((status, job["status"].as_str()), (202, Some("queued")), "{job}");
+    assert_eq!(status, 202, "{job}");
+    assert!(job["id"].is_string(), "{job}");
+    assert!(["queued", "running"].contains(&job["status"].as_str().unwrap_or("")), "{job}");
 }
 
 /// Counts the clients connected to `redis`, less the one asking.

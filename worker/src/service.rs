@@ -75,11 +75,15 @@ pub async fn run(
     let runner = Runner::pooled(Arc::new(sandbox), config.pool);
     let worker =
         Arc::new(Worker { config, runner, queue, metrics, running: Arc::default(), kill: CancellationToken::new() });
+    // `stop` ends intake at shutdown; `done` ends the heartbeat and the
+    // cancel listener once running jobs are drained, so a DELETE during the
+    // grace period still kills its job.
     let stop = CancellationToken::new();
+    let done = CancellationToken::new();
     let tasks = TaskTracker::new();
     let background = TaskTracker::new();
-    background.spawn(heartbeat(worker.clone(), stop.clone()));
-    background.spawn(listen_for_cancels(worker.clone(), stop.clone()));
+    background.spawn(heartbeat(worker.clone(), done.clone()));
+    background.spawn(listen_for_cancels(worker.clone(), done.clone()));
 
     info!(worker = %worker.config.name, concurrency = worker.config.concurrency, "worker started");
     let intake = intake(worker.clone(), claims, stop.clone(), tasks.clone());
@@ -99,7 +103,7 @@ pub async fn run(
         worker.kill.cancel();
         tasks.wait().await;
     }
-    stop.cancel();
+    done.cancel();
     background.close();
     background.wait().await;
     let _ = worker.queue.forget_worker(&worker.config.name).await;

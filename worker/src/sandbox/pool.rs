@@ -169,14 +169,6 @@ impl Runner {
             notified.await;
         }
     }
-
-    /// Warm children waiting, as (python, javascript).
-    pub fn warm(&self) -> (usize, usize) {
-        self.pool.as_ref().map_or((0, 0), |pool| {
-            let state = pool.lock();
-            (state.idle[Kind::Python as usize].len(), state.idle[Kind::Js as usize].len())
-        })
-    }
 }
 
 impl Pool {
