@@ -99,9 +99,17 @@ async fn limits_come_back_as_statuses() {
 #[tokio::test]
 async fn runtimes_reports_versions_limits_and_isolation() {
     let stack = Stack::start(&[]).await;
-    let response = stack.api.http.get(stack.api.url("/v1/runtimes")).bearer_auth(ALICE).send().await.expect("get");
-    assert_eq!(response.status(), 200);
-    let body: serde_json::Value = response.json().await.expect("json");
+    // The worker's first heartbeat lands just after it starts.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let body = loop {
+        let response = stack.api.http.get(stack.api.url("/v1/runtimes")).bearer_auth(ALICE).send().await.expect("get");
+        assert_eq!(response.status(), 200);
+        let body: serde_json::Value = response.json().await.expect("json");
+        if body["workers"].as_array().is_some_and(|w| !w.is_empty()) || std::time::Instant::now() > deadline {
+            break body;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
     assert_eq!(body["languages"], json!(["python", "javascript", "typescript"]));
     assert_eq!(body["limits"]["max_timeout_ms"], 10000);
     let worker = &body["workers"][0];
