@@ -82,8 +82,11 @@ pub async fn run(
     let done = CancellationToken::new();
     let tasks = TaskTracker::new();
     let background = TaskTracker::new();
-    background.spawn(heartbeat(worker.clone(), done.clone()));
+    let (first_heartbeat, sent) = tokio::sync::oneshot::channel();
+    background.spawn(heartbeat(worker.clone(), done.clone(), first_heartbeat));
     background.spawn(listen_for_cancels(worker.clone(), done.clone()));
+    // Announced once /v1/runtimes can list it (or Redis said no).
+    let _ = sent.await;
 
     info!(worker = %worker.config.name, concurrency = worker.config.concurrency, "worker started");
     let intake = intake(worker.clone(), claims, stop.clone(), tasks.clone());
@@ -301,7 +304,10 @@ impl Ran {
     }
 }
 
-async fn heartbeat(worker: Arc<Worker>, stop: CancellationToken) {
+/// Publishes what this worker is every few seconds; `first` fires after
+/// the first attempt.
+async fn heartbeat(worker: Arc<Worker>, stop: CancellationToken, first: tokio::sync::oneshot::Sender<()>) {
+    let mut first = Some(first);
     let sandbox = worker.runner.sandbox();
     let runtime = &sandbox.runtime;
     let (deno, pyodide) = (runtime.deno_version(), runtime.pyodide_version());
@@ -322,6 +328,9 @@ async fn heartbeat(worker: Arc<Worker>, stop: CancellationToken) {
         {
             worker.metrics.redis_errors.inc();
             warn!(error = %e, "could not send heartbeat");
+        }
+        if let Some(first) = first.take() {
+            let _ = first.send(());
         }
         tokio::select! {
             () = tokio::time::sleep(HEARTBEAT_EVERY) => {}
