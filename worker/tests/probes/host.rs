@@ -8,15 +8,15 @@ const SECRET: &str = "s3cr3t-worker-value";
 
 async fn env_probe(language: runbox_common::Language, code: &str) -> runbox_common::Outcome {
     let (outcome, _) =
-        exec_cli(language, code, &[("RUNBOX_PROBE_SECRET", SECRET), ("AWS_SECRET_ACCESS_KEY", SECRET)], &[]).await;
+        exec_cli(language, code, &[("PROBE_WORKER_SECRET", SECRET), ("AWS_SECRET_ACCESS_KEY", SECRET)], &[]).await;
     assert!(!outcome.stdout.contains(SECRET) && !outcome.stderr.contains(SECRET), "secret leaked: {outcome:#?}");
     outcome
 }
 
 #[tokio::test]
 async fn js_env_is_invisible() {
-    let o = env_probe(Js, "console.log(Deno.env.get('RUNBOX_PROBE_SECRET'))").await;
-    assert_fails_with(&o, "Requires env access to \"RUNBOX_PROBE_SECRET\"");
+    let o = env_probe(Js, "console.log(Deno.env.get('PROBE_WORKER_SECRET'))").await;
+    assert_fails_with(&o, "Requires env access to \"PROBE_WORKER_SECRET\"");
     let o = env_probe(Js, "console.log(JSON.stringify(Deno.env.toObject()))").await;
     assert_fails_with(&o, "Requires env access");
     let o = env_probe(Js, "console.log(JSON.stringify(process.env))").await;
@@ -27,12 +27,12 @@ async fn js_env_is_invisible() {
 
 #[tokio::test]
 async fn python_env_is_invisible() {
-    let o = env_probe(Py, "import os\nprint(dict(os.environ))\nprint(os.environ.get('RUNBOX_PROBE_SECRET'))").await;
+    let o = env_probe(Py, "import os\nprint(dict(os.environ))\nprint(os.environ.get('PROBE_WORKER_SECRET'))").await;
     assert_status(&o, runbox_common::Status::Completed);
     assert!(o.stdout.ends_with("None\n"), "{o:#?}");
-    let o = env_probe(Py, "import js\nprint(js.Deno.env.get('RUNBOX_PROBE_SECRET'))").await;
+    let o = env_probe(Py, "import js\nprint(js.Deno.env.get('PROBE_WORKER_SECRET'))").await;
     assert_fails_with(&o, "Requires env access");
-    let o = env_probe(Py, "import js\nprint(js.process.env.RUNBOX_PROBE_SECRET)").await;
+    let o = env_probe(Py, "import js\nprint(js.process.env.PROBE_WORKER_SECRET)").await;
     assert_fails_with(&o, "Requires env access");
 }
 
