@@ -1,9 +1,11 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use runbox_common::{JobSpec, Language};
+use runbox_worker::sandbox::Runner;
 use runbox_worker::{SandboxConfig, WorkerConfig};
 use tokio_util::sync::CancellationToken;
 
@@ -79,8 +81,9 @@ fn run() -> anyhow::Result<()> {
                 std::fs::read_to_string(&file).with_context(|| format!("reading {}", file.display()))?
             };
             let sandbox = runbox_worker::sandbox(&SandboxConfig::from_env()?).await?;
-            let outcome = sandbox.run(&JobSpec { language, code, stdin, timeout_ms }, &CancellationToken::new()).await;
-            println!("{}", serde_json::to_string_pretty(&outcome)?);
+            let runner = Runner::cold(Arc::new(sandbox));
+            let report = runner.run(&JobSpec { language, code, stdin, timeout_ms }, &CancellationToken::new()).await;
+            println!("{}", serde_json::to_string_pretty(&report.outcome)?);
             anyhow::Ok(())
         })?,
         Some(Command::Batch { concurrency, warm_up, pause_ms }) => {

@@ -27,8 +27,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use runbox_common::{JobSpec, Outcome};
-use tokio_util::sync::CancellationToken;
+use runbox_common::JobSpec;
 
 pub use child::BootedChild;
 pub use isolation::{Isolation, NetworkIsolation};
@@ -103,16 +102,5 @@ impl Sandbox {
             Err(e) => tracing::warn!(error = %e, "no code cache for children; they boot slower"),
         }
         Ok(sandbox)
-    }
-
-    /// Runs one program in a new child, booted now, and returns how it ended.
-    pub async fn run(&self, spec: &JobSpec, cancel: &CancellationToken) -> Outcome {
-        match BootedChild::boot(self, spec.language).await {
-            Ok(child) => child.run(spec, self, cancel).await,
-            Err(e) => {
-                tracing::error!(error = %e, language = %spec.language, "sandbox failed to start a child");
-                Outcome::internal_error("runbox could not start the sandbox for this job")
-            }
-        }
     }
 }
