@@ -13,6 +13,24 @@ async fn status_in_redis(redis: &Redis, id: &str) -> Option<String> {
     redis.cmd(redis::cmd("HGET").arg(format!("runbox:job:{id}")).arg("status")).await
 }
 
+/// Writes a job entry straight into the stream, as someone with Redis access
+/// but without the signing key could.
+async fn append_entry(redis: &Redis, id: &str, payload: &str, signature: &str) {
+    let _: String = redis
+        .cmd(
+            redis::cmd("XADD")
+                .arg(STREAM)
+                .arg("*")
+                .arg("id")
+                .arg(id)
+                .arg("payload")
+                .arg(payload)
+                .arg("sig")
+                .arg(signature),
+        )
+        .await;
+}
+
 async fn until_rejected(redis: &Redis, id: &str) {
     for _ in 0..200 {
         if status_in_redis(redis, id).await.as_deref() == Some("rejected") {
@@ -33,19 +51,7 @@ async fn forged_job_is_rejected() {
     let payload =
         json!({ "language": "javascript", "code": format!("Deno.writeTextFileSync('{}', 'x')", marker.display()) })
             .to_string();
-    let _: String = redis
-        .cmd(
-            redis::cmd("XADD")
-                .arg(STREAM)
-                .arg("*")
-                .arg("id")
-                .arg(id)
-                .arg("payload")
-                .arg(&payload)
-                .arg("sig")
-                .arg("00".repeat(32)),
-        )
-        .await;
+    append_entry(&redis, id, &payload, &"00".repeat(32)).await;
     until_rejected(&redis, id).await;
     worker.wait_for_log("signature did not verify", Duration::from_secs(5)).await;
     let started: Option<String> = redis.cmd(redis::cmd("HGET").arg(format!("runbox:job:{id}")).arg("started_at")).await;
@@ -69,19 +75,7 @@ async fn tampered_job_is_rejected_and_counted() {
     let signature = fields[at + 1].clone();
     let _: i64 = redis.cmd(redis::cmd("DEL").arg(STREAM)).await;
     let tampered = json!({ "language": "python", "code": "print('tampered')", "timeout_ms": 5000 }).to_string();
-    let _: String = redis
-        .cmd(
-            redis::cmd("XADD")
-                .arg(STREAM)
-                .arg("*")
-                .arg("id")
-                .arg(id)
-                .arg("payload")
-                .arg(&tampered)
-                .arg("sig")
-                .arg(&signature),
-        )
-        .await;
+    append_entry(&redis, id, &tampered, &signature).await;
 
     let metrics_port = free_port();
     let worker = start_worker(&redis, &[("RUNBOX_METRICS_PORT", &metrics_port.to_string())]).await;
