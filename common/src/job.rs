@@ -124,6 +124,10 @@ pub struct Outcome {
     /// None when the child did not exit by itself (killed on timeout, memory,
     /// cancellation) or never started.
     pub exit_code: Option<i32>,
+    /// The signal that ended the child when it was not runbox's doing: the
+    /// program signalled itself, or the host killed it (e.g. its OOM killer).
+    #[serde(default)]
+    pub signal: Option<i32>,
     /// UTF-8; invalid bytes are replaced with U+FFFD.
     pub stdout: String,
     pub stderr: String,
@@ -139,6 +143,7 @@ impl Outcome {
         Outcome {
             status: Status::InternalError,
             exit_code: None,
+            signal: None,
             stdout: String::new(),
             stderr: message.into(),
             stdout_truncated: false,

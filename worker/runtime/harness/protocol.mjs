@@ -4,26 +4,68 @@
 //    permission it used for that, and writes READY to stdout. Nothing the user
 //    controls has run yet, so the marker cannot be forged.
 // 2. The runner writes one frame to stdin: an ASCII decimal byte length, "\n",
-//    then that many bytes of UTF-8 JSON (`{"code": "...", ...}`; unknown
-//    fields are ignored so the protocol can grow).
+//    then that many bytes of UTF-8 JSON (`{"code": "...", "nonce": "...",
+//    "memory_mb": n, ...}`; unknown fields are ignored so the protocol can grow).
 // 3. Everything after the frame is the program's own stdin, up to EOF.
+// 4. If the program ended on an allocation failure that the harness confirms
+//    (see `reportOutOfMemory`), the harness's last bytes on stderr are
+//    MEMORY_MARKER followed by the frame's nonce and "\n". The program never
+//    sees the nonce, so it cannot forge the marker; the runner strips it.
 //
 // The code arrives over the pipe, never as a file, so the child needs no read
 // access at all once it is booted.
+//
+// The program shares this realm: it can replace any global, prototype method
+// or property of `Deno`. So everything a harness uses once the program has
+// started is captured here, at load time, before any user code exists.
 
 export const READY = "\u0006runbox-ready\n";
-
-/** Exit status the harnesses use when the program ran out of memory. */
-export const MEMORY_EXIT = 133;
-
+const MEMORY_MARKER = "\u0006runbox-out-of-memory:";
 const MAX_FRAME = 64 * 1024 * 1024;
+
+const apply = Reflect.apply;
+const stdinRead = Deno.stdin.readSync.bind(Deno.stdin);
+const stdoutWrite = Deno.stdout.writeSync.bind(Deno.stdout);
+const stderrWrite = Deno.stderr.writeSync.bind(Deno.stderr);
+const denoExit = Deno.exit;
+const memoryUsage = Deno.memoryUsage;
+const subarray = Uint8Array.prototype.subarray;
+const encoder = new TextEncoder();
+const encode = encoder.encode.bind(encoder);
+const RangeErrorClass = RangeError;
+const test = RegExp.prototype.test;
+const toText = String;
+const split = String.prototype.split;
+const includes = String.prototype.includes;
+const filter = Array.prototype.filter;
+const join = Array.prototype.join;
+const errorMessage = Object.getOwnPropertyDescriptor(Error.prototype, "message") ?? null;
+const memoryBuffer = Object.getOwnPropertyDescriptor(WebAssembly.Memory.prototype, "buffer").get;
+const byteLength = Object.getOwnPropertyDescriptor(ArrayBuffer.prototype, "byteLength").get;
+
+/** Ends the process with `code`, whatever the program did to `Deno.exit`. */
+export function exit(code) {
+  denoExit(code);
+}
+
+/** Writes all of `bytes` to stdout (1) or stderr (2). */
+export function writeAll(fd, bytes) {
+  const write = fd === 1 ? stdoutWrite : stderrWrite;
+  let at = 0;
+  while (at < bytes.length) at += write(apply(subarray, bytes, [at]));
+}
+
+/** Writes `text` to stderr. */
+export function writeError(text) {
+  writeAll(2, encode(text));
+}
 
 /** Reads exactly `n` bytes from stdin, never more: the rest belongs to the program. */
 function readExactly(n) {
   const out = new Uint8Array(n);
   let got = 0;
   while (got < n) {
-    const r = Deno.stdin.readSync(out.subarray(got));
+    const r = stdinRead(out.subarray(got));
     if (r === null) throw new Error(`stdin closed after ${got} of ${n} frame bytes`);
     got += r;
   }
@@ -32,7 +74,7 @@ function readExactly(n) {
 
 /** Signals readiness, then blocks until the runner sends the job frame. */
 export function awaitJob() {
-  writeAll(Deno.stdout, new TextEncoder().encode(READY));
+  writeAll(1, encode(READY));
   let header = "";
   for (;;) {
     const [byte] = readExactly(1);
@@ -51,7 +93,7 @@ export function readRest() {
   let total = 0;
   const buf = new Uint8Array(64 * 1024);
   for (;;) {
-    const r = Deno.stdin.readSync(buf);
+    const r = stdinRead(buf);
     if (r === null) break;
     chunks.push(buf.slice(0, r));
     total += r;
@@ -65,28 +107,86 @@ export function readRest() {
   return out;
 }
 
-export function writeAll(stream, bytes) {
-  let at = 0;
-  while (at < bytes.length) at += stream.writeSync(bytes.subarray(at));
-}
-
 /** True for the errors V8 throws when an allocation outside the JS heap fails. */
 export function isAllocationFailure(error) {
-  return error instanceof RangeError &&
-    /allocation failed|Out of memory|could not allocate memory/i.test(String(error.message));
+  if (!(error instanceof RangeErrorClass)) return false;
+  const message = errorMessage?.get ? apply(errorMessage.get, error, []) : error.message;
+  return apply(test, /allocation failed|Out of memory|could not allocate memory/i, [toText(message)]);
+}
+
+/** Bytes the JS heap and ArrayBuffers hold now, as V8 counts them. */
+export function jsMemoryInUse() {
+  const { heapUsed, external } = memoryUsage();
+  return heapUsed + external;
+}
+
+/** Bytes a WebAssembly memory has grown to. */
+export function wasmMemorySize(memory) {
+  return apply(byteLength, apply(memoryBuffer, memory, []), []);
 }
 
 /**
- * Removes web storage from the global scope. Deno persists `localStorage` and
- * `caches` under DENO_DIR; the runner already gives every child a throwaway
- * DENO_DIR, and this keeps the program from reaching them at all.
+ * Tells the runner that the program ran out of memory, then exits. A
+ * harness calls this only after checking, with numbers the program cannot
+ * fake, that the program really holds at least half its cap: an error the
+ * program throws or raises itself is just an error.
+ */
+export function reportOutOfMemory(nonce) {
+  writeError(`${MEMORY_MARKER}${nonce}\n`);
+  exit(1);
+}
+
+/**
+ * Removes web storage from the global scope. The runner also makes the
+ * DENO_DIR paths where Deno would store it unusable (which covers Workers,
+ * whose globals this cannot reach).
  */
 export function dropPersistentStorage() {
   for (const name of ["localStorage", "sessionStorage", "caches"]) {
     try {
       delete globalThis[name];
     } catch {
-      // Not configurable in this Deno: the throwaway DENO_DIR still applies.
+      // Not configurable in this Deno: the runner's blocked DENO_DIR still applies.
     }
   }
+  // No adapter exists anyway (DENO_WEBGPU_BACKEND is empty); drop the entry point.
+  try {
+    delete Navigator.prototype.gpu;
+  } catch {
+    // As above.
+  }
+}
+
+/**
+ * Hides host paths that are cheap to hide: the harness's own path, the
+ * Deno binary's path and the harness's arguments. (`Deno.cwd()` still names
+ * the job's temporary directory.)
+ */
+export function hideHostDetails(mainModule) {
+  const define = (object, name, value) => {
+    try {
+      Object.defineProperty(object, name, { value, configurable: true, writable: true });
+    } catch {
+      // Not configurable in this Deno: the path stays visible (documented).
+    }
+  };
+  const process = globalThis.process;
+  if (process) {
+    define(process, "argv", ["deno", new URL(mainModule).pathname]);
+    define(process, "argv0", "deno");
+    define(process, "execPath", "deno");
+    define(process, "execArgv", []);
+  }
+  // After `process`, whose lazy set-up calls Deno.execPath.
+  define(Deno, "mainModule", mainModule);
+  define(Deno, "execPath", () => {
+    throw new Deno.errors.NotCapable("Requires read access to the Deno binary, which is not granted");
+  });
+  define(Deno, "args", []);
+}
+
+/** Cuts stack lines that name `dir` (the harness's own files). */
+export function withoutHarnessFrames(stack, dir) {
+  const lines = apply(split, toText(stack), ["\n"]);
+  return apply(join, apply(filter, lines, [(line) => !apply(includes, line, [dir])]), ["\n"]);
 }

@@ -4,67 +4,105 @@
 //
 // Boot reads the Pyodide files and the memory snapshot, which is why this
 // child alone gets --allow-read (scoped to those paths). Read access is
-// revoked before READY, so the program never has it.
-import { loadPyodide } from "pyodide";
-import { awaitJob, dropPersistentStorage, MEMORY_EXIT, readRest, writeAll } from "./protocol.mjs";
+// revoked before READY, so the program never has it. After the program
+// starts, this file uses only what protocol.mjs and RUNNER captured
+// beforehand.
+import { loadPyodideFrom } from "./pyodide.mjs";
+import {
+  awaitJob,
+  dropPersistentStorage,
+  exit,
+  hideHostDetails,
+  readRest,
+  reportOutOfMemory,
+  wasmMemorySize,
+  writeAll,
+} from "./protocol.mjs";
 
 const [pyodideDir, snapshotPath, memoryMb] = Deno.args;
 
-// Runs the program as __main__ and returns the process exit status. Top-level
-// `await` is allowed, as in Pyodide's own runPythonAsync. Frames of
-// this runner are cut from tracebacks so they read as if python ran main.py.
+// Added to the exit status that run_main returns when the program ended on
+// a MemoryError.
+const ENDED_BY_MEMORY_ERROR = 0x100;
+
+// Runs the program as the genuine __main__ module (so unittest, doctest and
+// pickle find what it defines) and returns its exit status. Top-level
+// `await` is allowed, as in Pyodide's own runPythonAsync. Frames of this
+// runner are cut from tracebacks so they read as if python ran main.py. The
+// runner lives in its own namespace, not in __main__, and binds everything
+// it uses as default arguments before the program exists: the program may
+// rebind any global, builtin or module attribute, and the exit status must
+// not change with it.
 const RUNNER = `
-import ast, linecache, os, sys, traceback
+import ast, builtins, linecache, os, random, sys, traceback, types
 
 # Pyodide records the path of the script that booted it; not the program's business.
 os.environ.pop("_", None)
+# The memory snapshot froze one generator state; every child starts from fresh entropy.
+random.seed()
 
-async def run_main(source):
-    linecache.cache["main.py"] = (len(source), None, source.splitlines(True), "main.py")
-    status = 0
-    try:
-        code = compile(source, "main.py", "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
-        result = eval(code, {"__name__": "__main__", "__file__": "main.py", "__builtins__": __builtins__})
-        if code.co_flags & 0x80:  # CO_COROUTINE: the program used top-level await
-            await result
-    except SystemExit as e:
-        status = exit_status(e.code)
-    except BaseException as e:
-        # Drop this runner's frame; a SyntaxError has no program frames at all.
-        tb = None if isinstance(e, SyntaxError) else e.__traceback__.tb_next
-        traceback.print_exception(type(e), e, tb)
-        status = ${MEMORY_EXIT} if isinstance(e, MemoryError) else 1
-    for stream in (sys.stdout, sys.stderr):
+def make_runner(
+    compile=compile, eval=eval, isinstance=isinstance, type=type, int=int, print=print,
+    BaseException=BaseException, SystemExit=SystemExit, MemoryError=MemoryError,
+    SyntaxError=SyntaxError, ModuleType=types.ModuleType, sys=sys, modules=sys.modules,
+    print_exception=traceback.print_exception, line_cache=linecache.cache,
+    builtins=builtins, flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT, memory_flag=${ENDED_BY_MEMORY_ERROR},
+):
+    def exit_status(code):
+        if code is None:
+            return 0
+        if isinstance(code, int):
+            return int(code) & 0xFF
+        print(code, file=sys.stderr)
+        return 1
+
+    async def run_main(source):
+        line_cache["main.py"] = (len(source), None, source.splitlines(True), "main.py")
+        main = ModuleType("__main__")
+        main.__file__ = "main.py"
+        main.__builtins__ = builtins
+        modules["__main__"] = main
+        status = 0
         try:
-            stream.flush()
-        except BaseException:
-            pass
-    return status
+            code = compile(source, "main.py", "exec", flags=flags, dont_inherit=True)
+            result = eval(code, main.__dict__)
+            if code.co_flags & 0x80:  # CO_COROUTINE: the program used top-level await
+                await result
+        except SystemExit as e:
+            status = exit_status(e.code)
+        except BaseException as e:
+            # Drop this runner's frame; a SyntaxError has no program frames at all.
+            tb = None if isinstance(e, SyntaxError) else e.__traceback__.tb_next
+            try:
+                print_exception(type(e), e, tb)
+            except BaseException:
+                pass
+            status = 1 | (memory_flag if isinstance(e, MemoryError) else 0)
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except BaseException:
+                pass
+        return status
 
-def exit_status(code):
-    if code is None:
-        return 0
-    if isinstance(code, int):
-        return code & 0xFF
-    print(code, file=sys.stderr)
-    return 1
+    return run_main
 
-run_main
+make_runner()
 `;
 
-capWasmMemory(Number(memoryMb));
+const wasmMemories = capWasmMemory(Number(memoryMb));
 dropPersistentStorage();
 
-const pyodide = await loadPyodide({
-  indexURL: pyodideDir,
-  ...(snapshotPath === "-" ? {} : { _loadSnapshot: Deno.readFileSync(snapshotPath) }),
+const pyodide = await loadPyodideFrom(pyodideDir, snapshotPath === "-" ? {} : {
+  _loadSnapshot: Deno.readFileSync(snapshotPath),
 });
-pyodide.setStdout({ write: (bytes) => (writeAll(Deno.stdout, bytes), bytes.length) });
-pyodide.setStderr({ write: (bytes) => (writeAll(Deno.stderr, bytes), bytes.length) });
-const runMain = pyodide.runPython(RUNNER);
+pyodide.setStdout({ write: (bytes) => (writeAll(1, bytes), bytes.length) });
+pyodide.setStderr({ write: (bytes) => (writeAll(2, bytes), bytes.length) });
+const runMain = pyodide.runPython(RUNNER, { globals: pyodide.toPy({}) });
 Deno.permissions.revokeSync({ name: "read" });
 
 const job = awaitJob();
+hideHostDetails("file:///main.py");
 const stdin = readRest();
 let consumed = 0;
 pyodide.setStdin({
@@ -75,24 +113,46 @@ pyodide.setStdin({
     return n;
   },
 });
+const nonce = job.nonce;
+const halfCap = (job.memory_mb * 1024 * 1024) / 2;
 // callPromising lets the program block on JS promises (run_until_complete,
 // run_sync) through WebAssembly stack switching.
-Deno.exit(await runMain.callPromising(job.code));
+const result = await runMain.callPromising(job.code);
+const status = result & 0xff;
+// A MemoryError the program raised itself is just an error; one raised
+// after Python's heap really grew to half the cap or more is out of memory.
+if (result & ENDED_BY_MEMORY_ERROR && largestWasmMemory() >= halfCap) reportOutOfMemory(nonce);
+exit(status);
+
+function largestWasmMemory() {
+  let largest = 0;
+  // An indexed loop: the program may have replaced the array iterator.
+  for (let i = 0; i < wasmMemories.length; i++) {
+    const size = wasmMemorySize(wasmMemories[i]);
+    if (size > largest) largest = size;
+  }
+  return largest;
+}
 
 /**
  * Python's heap is WebAssembly memory, which V8's heap limit does not cover.
  * Capping the maximum page count makes growth fail inside the allocator, so
  * Python raises a clean MemoryError instead of the process being killed.
+ * Returns the list of memories made, so their size can be read later.
  */
 function capWasmMemory(mb) {
-  if (!(mb > 0)) return;
-  const maxPages = Math.floor((mb * 1024 * 1024) / 65536);
+  const memories = [];
+  const maxPages = mb > 0 ? Math.floor((mb * 1024 * 1024) / 65536) : 65536;
   const Memory = WebAssembly.Memory;
   function CappedMemory(descriptor) {
     const maximum = Math.min(descriptor.maximum ?? maxPages, maxPages);
     const initial = Math.min(descriptor.initial, maximum);
-    return new Memory({ ...descriptor, initial, maximum });
+    const memory = new Memory({ ...descriptor, initial, maximum });
+    // Pyodide's one-page shared memory (for Atomics.wait) is not its heap.
+    if (!descriptor.shared) memories.push(memory);
+    return memory;
   }
   CappedMemory.prototype = Memory.prototype;
   WebAssembly.Memory = CappedMemory;
+  return memories;
 }

@@ -3,8 +3,8 @@
 // the time. The image is tied to the exact Pyodide build that made it.
 //
 // Usage: snapshot.mjs <pyodide-dir> <output-file>
-import { loadPyodide } from "pyodide";
+import { loadPyodideFrom } from "./pyodide.mjs";
 
 const [pyodideDir, output] = Deno.args;
-const pyodide = await loadPyodide({ indexURL: pyodideDir, _makeSnapshot: true });
+const pyodide = await loadPyodideFrom(pyodideDir, { _makeSnapshot: true });
 Deno.writeFileSync(output, pyodide.makeMemorySnapshot());

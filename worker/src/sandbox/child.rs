@@ -25,9 +25,24 @@ use super::{Sandbox, SandboxError, command::deno_command};
 /// Written by a harness once it is booted; see `runtime/harness/protocol.mjs`.
 const READY: &[u8] = b"\x06runbox-ready\n";
 
-/// The exit status a harness uses when the program ran out of memory, and
-/// also what a fatal V8 heap OOM ends with.
-const MEMORY_EXIT: i32 = 133;
+/// What a harness writes last on stderr, before the job's nonce, when the
+/// program ran out of memory; see `runtime/harness/protocol.mjs`.
+const MEMORY_MARKER: &str = "\u{6}runbox-out-of-memory:";
+
+/// Entries of a child's DENO_DIR that Deno would fill with data the program
+/// controls: web storage (`location_data`, from a Worker too, where the
+/// harness cannot remove the APIs) and caches of the modules it imports
+/// (`data:` and `blob:` URLs, hundreds of MB in seconds). A file where Deno
+/// wants a directory, and a directory where it wants a database, make every
+/// write fail even for root; Deno then keeps those caches in memory, where
+/// the memory cap applies.
+const BLOCKED_FILES: &[&str] = &["location_data"];
+const BLOCKED_DIRS: &[&str] = &["dep_analysis_cache_v2", "node_analysis_cache_v2"];
+
+/// Deno's V8 code cache: blocked too, except in a Python child that got a
+/// primed copy (see [`prime_cache`]). That database and its journal are
+/// the only files such a child can grow, each up to `MAX_FILE_BYTES`.
+const CODE_CACHE: &str = "v8_code_cache_v2";
 
 /// How long a child may take to boot before it counts as broken.
 const BOOT_TIMEOUT: Duration = Duration::from_secs(30);
@@ -58,6 +73,9 @@ pub struct BootedChild {
 struct Frame<'a> {
     language: Language,
     code: &'a str,
+    /// Authenticates the harness's out-of-memory marker; the program never sees it.
+    nonce: &'a str,
+    memory_mb: u32,
 }
 
 enum Ending {
@@ -71,9 +89,8 @@ impl BootedChild {
     /// Starts a child for `language` and waits until its harness is ready.
     pub async fn boot(sandbox: &Sandbox, language: Language) -> Result<BootedChild, SandboxError> {
         let dir = private_dir("runbox-job-", sandbox)?;
-        if let (Language::Python, Some(seed)) = (language, &sandbox.cache_seed) {
-            copy_tree(&seed.path().join("deno"), &dir.path().join("deno"), sandbox)?;
-        }
+        let seed = sandbox.cache_seed.as_ref().filter(|_| language == Language::Python);
+        deno_dir(&dir.path().join("deno"), seed.map(|seed| seed.path().join("deno")).as_deref(), sandbox)?;
         let (child, stdin, stdout, stderr) = spawn_ready(sandbox, language, dir.path()).await?;
         Ok(BootedChild { child, stdin, stdout, stderr, dir })
     }
@@ -96,9 +113,12 @@ impl BootedChild {
     /// Runs `spec` in this child and returns how it ended. The child is gone
     /// afterwards, whatever happened.
     pub async fn run(self, spec: &JobSpec, sandbox: &Sandbox, cancel: &CancellationToken) -> Outcome {
-        let BootedChild { mut child, mut stdin, stdout, stderr, dir: _dir, .. } = self;
+        let BootedChild { mut child, mut stdin, stdout, stderr, dir } = self;
+        let nonce = uuid::Uuid::new_v4().simple().to_string();
         // The frame names the job's language: one JS child serves JS and TS.
-        let frame = match serde_json::to_vec(&Frame { language: spec.language, code: &spec.code }) {
+        let frame =
+            Frame { language: spec.language, code: &spec.code, nonce: &nonce, memory_mb: sandbox.limits.memory_mb };
+        let frame = match serde_json::to_vec(&frame) {
             Ok(frame) => frame,
             Err(e) => return Outcome::internal_error(format!("could not encode the job: {e}")),
         };
@@ -138,17 +158,22 @@ impl BootedChild {
         let duration = started.elapsed();
         writer.abort();
         let stdout = drain(out).await;
-        let stderr = drain(err).await;
+        let mut stderr = drain(err).await;
+        let memory_reported = stderr.strip_trailing(format!("{MEMORY_MARKER}{nonce}\n").as_bytes());
 
-        let (status, exit_code) = match ending {
-            Ending::TimedOut => (Status::Timeout, None),
-            Ending::Cancelled => (Status::Cancelled, None),
-            Ending::OverMemory => (Status::MemoryExceeded, None),
-            Ending::Exited(exit) => classify(exit),
+        let (status, exit_code, signal) = match ending {
+            Ending::TimedOut => (Status::Timeout, None, None),
+            Ending::Cancelled => (Status::Cancelled, None, None),
+            Ending::OverMemory => (Status::MemoryExceeded, None, None),
+            Ending::Exited(_) if memory_reported => (Status::MemoryExceeded, None, None),
+            Ending::Exited(exit) => classify(exit, &stderr),
         };
+        // Removing a directory is blocking file-system work: not on the async threads.
+        let _ = tokio::task::spawn_blocking(move || drop(dir)).await;
         Outcome {
             status,
             exit_code,
+            signal,
             stdout: stdout.text(),
             stderr: stderr.text(),
             stdout_truncated: stdout.truncated,
@@ -193,7 +218,8 @@ pub async fn prime_cache(sandbox: &Sandbox) -> Result<TempDir, SandboxError> {
     let dir = private_dir("runbox-cache-", sandbox)?;
     for language in [Language::Python] {
         let (mut child, mut stdin, _stdout, _stderr) = spawn_ready(sandbox, language, dir.path()).await?;
-        let frame = serde_json::to_vec(&Frame { language, code: "0" }).map_err(std::io::Error::other)?;
+        let frame = Frame { language, code: "0", nonce: "", memory_mb: sandbox.limits.memory_mb };
+        let frame = serde_json::to_vec(&frame).map_err(std::io::Error::other)?;
         stdin.write_all(format!("{}\n", frame.len()).as_bytes()).await?;
         stdin.write_all(&frame).await?;
         drop(stdin);
@@ -225,35 +251,49 @@ fn give_to_child(path: &Path, sandbox: &Sandbox) -> std::io::Result<()> {
     Ok(())
 }
 
-/// Copies the directory tree `from` to `to`, owned by the child's uid.
-fn copy_tree(from: &Path, to: &Path, sandbox: &Sandbox) -> std::io::Result<()> {
-    std::fs::create_dir(to)?;
-    give_to_child(to, sandbox)?;
-    for entry in std::fs::read_dir(from)? {
-        let entry = entry?;
-        let target = to.join(entry.file_name());
-        if entry.file_type()?.is_dir() {
-            copy_tree(&entry.path(), &target, sandbox)?;
-        } else {
-            std::fs::copy(entry.path(), &target)?;
-            give_to_child(&target, sandbox)?;
+/// Makes a child's DENO_DIR at `path`: the primed code cache from `seed`,
+/// if given, and every other place Deno would store what a program controls
+/// blocked (see [`BLOCKED_FILES`]).
+fn deno_dir(path: &Path, seed: Option<&Path>, sandbox: &Sandbox) -> std::io::Result<()> {
+    std::fs::create_dir(path)?;
+    give_to_child(path, sandbox)?;
+    let mut blocked_dirs = BLOCKED_DIRS.to_vec();
+    match seed {
+        Some(seed) => {
+            for entry in std::fs::read_dir(seed)? {
+                let entry = entry?;
+                if entry.file_name().to_string_lossy().starts_with(CODE_CACHE) && entry.file_type()?.is_file() {
+                    let target = path.join(entry.file_name());
+                    std::fs::copy(entry.path(), &target)?;
+                    give_to_child(&target, sandbox)?;
+                }
+            }
         }
+        None => blocked_dirs.push(CODE_CACHE),
+    }
+    for name in BLOCKED_FILES {
+        std::fs::File::create(path.join(name))?;
+    }
+    for name in blocked_dirs {
+        std::fs::create_dir(path.join(name))?;
     }
     Ok(())
 }
 
-/// Maps how the child exited to a status and the exit code the user sees.
-fn classify(exit: ExitStatus) -> (Status, Option<i32>) {
+/// Maps how the child ended by itself to a status, the exit code and the
+/// signal the user sees. Runbox's own kills (timeout, memory watchdog,
+/// cancellation) are handled before this, so a signal here came from the
+/// program or from the host: the program can signal its own process.
+fn classify(exit: ExitStatus, stderr: &Captured) -> (Status, Option<i32>, Option<i32>) {
     match (exit.code(), exit.signal()) {
-        (Some(MEMORY_EXIT), _) => (Status::MemoryExceeded, None),
-        (Some(code), _) => (Status::Completed, Some(code)),
-        // V8 ends the process with a trap on a fatal out-of-memory, and the
-        // kernel's OOM killer sends SIGKILL (ours only comes on timeout or
-        // cancellation, which are handled before this).
-        (None, Some(signal)) if signal == Signal::SIGTRAP as i32 || signal == Signal::SIGKILL as i32 => {
-            (Status::MemoryExceeded, None)
+        (Some(code), _) => (Status::Completed, Some(code), None),
+        // The child ignores SIGTRAP (see `command.rs`), so this death is a
+        // trap V8 itself raised on a fatal error, here its heap limit.
+        (None, Some(signal)) if signal == Signal::SIGTRAP as i32 && stderr.tail_mentions("out of memory") => {
+            (Status::MemoryExceeded, None, None)
         }
-        (None, _) => (Status::InternalError, None),
+        (None, Some(signal)) => (Status::Completed, None, Some(signal)),
+        (None, None) => (Status::InternalError, None, None),
     }
 }
 

@@ -1,17 +1,23 @@
 //! Builds the command line and process attributes of one Deno child.
 //!
-//! Every permission is denied by flag, and the two "fetch code from outside"
+//! Every permission is denied by flag, and the "fetch code from outside"
 //! paths that `--deny-net` does not cover (`npm:` and remote imports) are
-//! closed with `--no-npm --no-remote --cached-only --deny-import`. The Python
-//! child keeps npm resolution because its harness finds Pyodide through
-//! `node_modules`; it is the only child given any read access, scoped to the
+//! closed with `--no-npm --no-remote --cached-only --deny-import`, in both
+//! children: npm resolution would also switch off Deno's read check for
+//! every path with a `node_modules` segment. The Python child loads Pyodide
+//! by path; it is the only child given any read access, scoped to the
 //! Pyodide files, and it revokes that before the program arrives.
+//!
+//! Below Deno, `pre_exec` closes every inherited descriptor past stdio, sets
+//! resource limits, ignores the two signals whose default action a program
+//! could otherwise turn into a forged ending (see `classify` in `child.rs`),
+//! and applies the isolation layers this host allows.
 
 use std::ffi::OsString;
 use std::path::Path;
 
 use nix::sys::resource::{Resource, setrlimit};
-use nix::sys::signal::Signal;
+use nix::sys::signal::{SigHandler, Signal, signal};
 use nix::unistd::{Gid, Uid, setgid, setgroups, setuid};
 use runbox_common::Language;
 use tokio::process::Command;
@@ -21,6 +27,7 @@ use super::{Isolation, Limits, NetworkIsolation, Runtime};
 const DENY_ALL: &[&str] = &[
     "--no-prompt",
     "--no-config",
+    "--no-npm",
     "--no-remote",
     "--cached-only",
     "--deny-import",
@@ -35,9 +42,11 @@ const DENY_ALL: &[&str] = &[
 /// Open files a child may hold. Deno needs a few dozen for itself.
 const MAX_OPEN_FILES: u64 = 256;
 
-/// Largest file the child's own process may write. The only files it writes
-/// are Deno's caches in its throwaway DENO_DIR.
-const MAX_FILE_BYTES: u64 = 64 * 1024 * 1024;
+/// Largest file the child's own process may write. The only file it can
+/// write is the Python child's V8 code cache in its throwaway DENO_DIR
+/// (seeded at about 4 MiB; see `deno_dir` in `child.rs`), so with its
+/// journal this bounds what a job can put on disk.
+pub const MAX_FILE_BYTES: u64 = 16 * 1024 * 1024;
 
 /// `RLIMIT_DATA` floor. Below about 2 GiB a Deno Worker cannot reserve its
 /// code space, so programs that start a single Worker would fail.
@@ -56,7 +65,7 @@ pub fn deno_command(
     args.push(format!("--v8-flags=--max-old-space-size={}", limits.memory_mb).into());
     match language {
         Language::Javascript | Language::Typescript => {
-            args.extend(["--no-npm", "--deny-read"].map(OsString::from));
+            args.push("--deny-read".into());
             args.push(runtime.js_harness.clone().into());
         }
         Language::Python => {
@@ -66,12 +75,9 @@ pub fn deno_command(
                 readable.push(",");
                 readable.push(snapshot);
             }
-            args.push("--node-modules-dir=manual".into());
             args.push(readable);
             args.push(runtime.python_harness.clone().into());
-            let mut pyodide_dir = runtime.pyodide_dir.clone().into_os_string();
-            pyodide_dir.push("/");
-            args.push(pyodide_dir);
+            args.push(runtime.pyodide_dir.clone().into());
             args.push(runtime.snapshot.as_ref().map_or_else(|| "-".into(), |s| s.clone().into_os_string()));
             args.push(limits.memory_mb.to_string().into());
         }
@@ -89,6 +95,9 @@ pub fn deno_command(
         .env("HOME", dir)
         .env("NO_COLOR", "1")
         .env("DENO_NO_UPDATE_CHECK", "1")
+        // No WebGPU backend: `navigator.gpu` then finds no adapter, in
+        // Workers too, and no host graphics driver is ever loaded.
+        .env("DENO_WEBGPU_BACKEND", "")
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
@@ -102,10 +111,19 @@ pub fn deno_command(
     #[allow(unsafe_code)]
     // SAFETY: the closure runs between fork and exec, where only
     // async-signal-safe calls are allowed. It makes plain syscalls
-    // (setrlimit, unshare, setgroups, setgid, setuid, prctl, getppid) on values computed
-    // before the fork, and allocates nothing.
+    // (close_range, sigaction, setrlimit, unshare, setgroups, setgid, setuid,
+    // prctl, getppid) on values computed before the fork, and allocates nothing.
     unsafe {
         command.pre_exec(move || {
+            close_inherited_descriptors()?;
+            // A program can signal its own process (Deno.kill needs no run
+            // permission for that). Ignored here, SIGTRAP still ends the
+            // child when V8 traps on a fatal error, since the kernel forces
+            // synchronous traps through, so a SIGTRAP death is always V8's
+            // own. SIGXFSZ ignored turns a write past RLIMIT_FSIZE into an
+            // error instead of a death.
+            signal(Signal::SIGTRAP, SigHandler::SigIgn)?;
+            signal(Signal::SIGXFSZ, SigHandler::SigIgn)?;
             setrlimit(Resource::RLIMIT_CORE, 0, 0)?;
             setrlimit(Resource::RLIMIT_NOFILE, MAX_OPEN_FILES, MAX_OPEN_FILES)?;
             setrlimit(Resource::RLIMIT_FSIZE, MAX_FILE_BYTES, MAX_FILE_BYTES)?;
@@ -130,6 +148,32 @@ pub fn deno_command(
         });
     }
     command
+}
+
+/// Marks every descriptor from 3 up close-on-exec, so the child gets only
+/// its three pipes, whatever the worker inherited from whoever started it.
+/// (Marking rather than closing keeps the pipe through which the standard
+/// library reports a failed exec.) Async-signal-safe: plain syscalls.
+fn close_inherited_descriptors() -> std::io::Result<()> {
+    use nix::libc;
+    // SAFETY (of the caller's block): close_range and fcntl are raw
+    // syscalls that touch only the descriptor table.
+    #[allow(unsafe_code)]
+    let done = unsafe { libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, libc::CLOSE_RANGE_CLOEXEC) } == 0;
+    if done {
+        return Ok(());
+    }
+    // Kernels before 5.11: mark them one by one, up to the descriptor limit.
+    let (_, max) = nix::sys::resource::getrlimit(Resource::RLIMIT_NOFILE)?;
+    let max = i32::try_from(max.min(1 << 20)).unwrap_or(1 << 20);
+    for fd in 3..max {
+        #[allow(unsafe_code)]
+        // SAFETY: see above; a descriptor that is not open yields EBADF, ignored.
+        unsafe {
+            libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC);
+        }
+    }
+    Ok(())
 }
 
 impl NetworkIsolation {

@@ -30,6 +30,7 @@ use std::time::Duration;
 use runbox_common::JobSpec;
 
 pub use child::BootedChild;
+pub use command::MAX_FILE_BYTES;
 pub use isolation::{Isolation, NetworkIsolation};
 pub use pool::{PoolConfig, RunReport, Runner};
 pub use runtime::{DEFAULT_RUNTIME_DIR, Runtime, SNAPSHOT_FILE};

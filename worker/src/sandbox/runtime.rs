@@ -11,14 +11,13 @@ pub struct Runtime {
     pub deno: PathBuf,
     pub js_harness: PathBuf,
     pub python_harness: PathBuf,
-    /// Pyodide's files; the Python child may read these (and only these)
-    /// while it boots.
+    /// Pyodide's files, copied out of `node_modules` by `runtime/prepare`;
+    /// the Python child may read these (and only these) while it boots.
     pub pyodide_dir: PathBuf,
     /// A Pyodide memory snapshot made at setup time. Without it Python boots
     /// from scratch, about 5× slower.
     pub snapshot: Option<PathBuf>,
-    /// The runtime directory itself; the harnesses resolve `pyodide` from its
-    /// `node_modules`.
+    /// The runtime directory itself.
     pub dir: PathBuf,
 }
 
@@ -38,14 +37,14 @@ impl Runtime {
             deno: dir.join("node_modules/@deno/linux-x64-glibc/deno"),
             js_harness: dir.join("harness/js.mjs"),
             python_harness: dir.join("harness/python.mjs"),
-            pyodide_dir: dir.join("node_modules/pyodide"),
+            pyodide_dir: dir.join("pyodide"),
             snapshot: Some(dir.join(SNAPSHOT_FILE)).filter(|p| p.is_file()),
             dir,
         };
         for path in [&runtime.deno, &runtime.js_harness, &runtime.python_harness, &runtime.pyodide_dir] {
             if !path.exists() {
                 return Err(SandboxError::Runtime(format!(
-                    "{} is missing; run scripts/setup (or `npm ci` in {})",
+                    "{} is missing; run scripts/setup (or `npm ci && ./prepare` in {})",
                     path.display(),
                     runtime.dir.display()
                 )));

@@ -132,3 +132,63 @@ async fn python_writes_stay_in_memory() {
     assert_fails_with(&outcome, "NotCapable: Requires write access");
     assert!(!target.exists());
 }
+
+/// A planted file under a `node_modules` directory, and a `node_modules`
+/// link to `/`. With node_modules resolution on, Deno skips its read check
+/// for any path with that segment, following links.
+fn planted_in_node_modules() -> (tempfile::TempDir, String, String) {
+    let dir = outside_dir();
+    let modules = dir.path().join("node_modules");
+    std::fs::create_dir(&modules).expect("mkdir");
+    std::fs::write(modules.join("secret.txt"), SECRET).expect("plant");
+    std::os::unix::fs::symlink("/", modules.join("root")).expect("symlink");
+    let secret = modules.join("secret.txt").display().to_string();
+    let passwd = modules.join("root/etc/passwd").display().to_string();
+    (dir, secret, passwd)
+}
+
+/// Every way a program might read `path`: a text import, `require`, and
+/// Deno's and Node's file APIs. Prints what each got.
+fn read_every_way(path: &str) -> String {
+    format!(
+        "const tries = {{\n\
+           importText: () => import('file://{path}', {{ with: {{ type: 'text' }} }}).then((m) => m.default),\n\
+           importJson: () => import('file://{path}', {{ with: {{ type: 'json' }} }}).then((m) => JSON.stringify(m.default)),\n\
+           require: async () => (await import('node:module')).createRequire('file:///x.js')('{path}'),\n\
+           globalRequire: async () => globalThis.require('{path}'),\n\
+           deno: async () => Deno.readTextFileSync('{path}'),\n\
+           nodeFs: async () => (await import('node:fs')).readFileSync('{path}', 'utf8'),\n\
+         }};\n\
+         const out = [];\n\
+         for (const [name, read] of Object.entries(tries)) {{\n\
+           try {{ out.push(name + ' read ' + String(await read()).slice(0, 40)); }}\n\
+           catch (e) {{ out.push(name + ' denied'); }}\n\
+         }}\n\
+         return out.join('\\n');"
+    )
+}
+
+#[tokio::test]
+async fn js_reads_through_node_modules() {
+    let (_dir, secret, passwd) = planted_in_node_modules();
+    for path in [&secret, &passwd] {
+        let code = format!("console.log(await (async () => {{ {} }})())", read_every_way(path));
+        let outcome = run(Js, &code).await;
+        assert_eq!(outcome.status, runbox_common::Status::Completed, "{outcome:#?}");
+        assert!(!outcome.stdout.contains(" read "), "{path} was read: {outcome:#?}");
+        assert!(!outcome.stdout.contains(SECRET) && !outcome.stdout.contains("root:"), "{outcome:#?}");
+    }
+}
+
+#[tokio::test]
+async fn python_reads_through_node_modules() {
+    let (_dir, secret, passwd) = planted_in_node_modules();
+    for path in [&secret, &passwd] {
+        let js = format!("(async () => {{ {} }})()", read_every_way(path));
+        let code = format!("from pyodide.code import run_js\nprint(await run_js({js:?}))");
+        let outcome = run(Py, &code).await;
+        assert_eq!(outcome.status, runbox_common::Status::Completed, "{outcome:#?}");
+        assert_eq!(outcome.stdout.matches(" denied").count(), 6, "{path} was read: {outcome:#?}");
+        assert!(!outcome.stdout.contains(SECRET) && !outcome.stdout.contains("root:"), "{outcome:#?}");
+    }
+}

@@ -69,13 +69,52 @@ async fn js_permission_request_is_denied() {
 
 #[tokio::test]
 async fn python_read_access_is_revoked_before_the_program() {
-    // The Python child reads Pyodide's files while it boots; the program
-    // must find that access gone.
-    let code = "import js\nprint(js.Deno.permissions.querySync(js.Object.fromEntries([['name', 'read']])).state)";
+    // The Python child reads Pyodide's files and the snapshot while it
+    // boots; the program must find that access gone, for exactly those paths.
+    let runtime = &sandbox().await.runtime;
+    let snapshot = runtime.snapshot.as_ref().expect("snapshot").display().to_string();
+    let wasm = runtime.pyodide_dir.join("pyodide.asm.wasm").display().to_string();
+    for path in [runtime.pyodide_dir.display().to_string(), wasm.clone(), snapshot.clone()] {
+        let code = format!(
+            "import js\nprint(js.Deno.permissions.querySync(js.Object.fromEntries([['name', 'read'], ['path', {path:?}]])).state)"
+        );
+        let outcome = run(Py, &code).await;
+        assert_status(&outcome, runbox_common::Status::Completed);
+        assert_eq!(outcome.stdout, "prompt\n", "read access to {path}: {outcome:#?}");
+    }
+    for path in [wasm, snapshot] {
+        let outcome = run(Py, &format!("import js\nprint(js.Deno.readFileSync({path:?}).length)")).await;
+        assert_fails_with(&outcome, "Requires read access");
+    }
+}
+
+#[tokio::test]
+async fn webgpu_is_unavailable() {
+    // A WebGPU adapter loads the host's graphics drivers (Mesa, LLVM),
+    // which write a shader cache; no job gets one, in a Worker either.
+    let code = "const worker = new Worker(URL.createObjectURL(new Blob(\n\
+                  ['postMessage(String(await navigator.gpu?.requestAdapter()))'], { type: 'text/javascript' })), { type: 'module' });\n\
+                const inWorker = await new Promise((resolve) => (worker.onmessage = (e) => resolve(e.data)));\n\
+                worker.terminate();\n\
+                console.log(typeof navigator.gpu, inWorker);";
+    let outcome = run(Js, code).await;
+    assert_eq!(outcome.stdout, "undefined null\n", "{outcome:#?}");
+    let code = "import js\nprint(js.eval('typeof navigator.gpu'))";
     let outcome = run(Py, code).await;
-    assert_status(&outcome, runbox_common::Status::Completed);
-    assert_eq!(outcome.stdout, "prompt\n", "{outcome:#?}");
-    let outcome =
-        run(Py, "import js\nprint(js.Deno.readTextFileSync(js.Deno.mainModule.replace('file://', '')))").await;
-    assert_fails_with(&outcome, "Requires read access");
+    assert_eq!(outcome.stdout, "undefined\n", "{outcome:#?}");
+}
+
+#[tokio::test]
+async fn host_paths_are_hidden_where_cheap() {
+    let runtime_dir = sandbox().await.runtime.dir.display().to_string();
+    let code = "console.log(Deno.mainModule, JSON.stringify(process.argv), JSON.stringify(Deno.args));\n\
+                try { Deno.execPath(); } catch (e) { console.log(e.name); }\n\
+                throw new Error('where am I');";
+    let outcome = run(Js, code).await;
+    assert_eq!(outcome.stdout, "file:///main.js [\"deno\",\"/main.js\"] []\nNotCapable\n", "{outcome:#?}");
+    assert!(outcome.stderr.contains("where am I"), "{outcome:#?}");
+    assert!(!outcome.stderr.contains(&runtime_dir), "harness path in the error: {outcome:#?}");
+    let code = "import js\nprint(js.Deno.mainModule, list(js.process.argv), list(js.Deno.args))";
+    let outcome = run(Py, code).await;
+    assert_eq!(outcome.stdout, "file:///main.py ['deno', '/main.py'] []\n", "{outcome:#?}");
 }

@@ -4,8 +4,11 @@
 //! Probes are permanent. When a new escape is found, its probe goes here.
 //! One module per topic; `util` holds the shared sandbox and helpers.
 
+mod descriptors;
+mod disk;
 mod filesystem;
 mod floods;
+mod harness;
 mod host;
 mod imports;
 mod network;

@@ -1,0 +1,113 @@
+//! What a job can put on the worker's disk is bounded. `--deny-write`
+//! does not cover Deno's own storage: web storage from a Worker, and the
+//! caches Deno keeps of every module a program imports (`data:` and
+//! `blob:` URLs). These probes flood each while a sampler measures the
+//! bytes really on disk under the job directories.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use runbox_common::{Language, Status};
+
+use crate::util::*;
+
+/// Bytes under `path`, counting what the files really occupy.
+fn disk_usage(path: &Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(entries) = std::fs::read_dir(path) else { return 0 };
+    entries
+        .flatten()
+        .map(|entry| match entry.metadata() {
+            Ok(meta) if meta.is_dir() => disk_usage(&entry.path()),
+            Ok(meta) => meta.blocks() * 512,
+            Err(_) => 0,
+        })
+        .sum()
+}
+
+/// Runs `code` with job directories in a fresh work dir and returns the
+/// outcome and the most bytes seen on disk there while it ran.
+async fn peak_disk_use(language: Language, code: &str) -> (runbox_common::Outcome, u64) {
+    let work = tempfile::tempdir().expect("work dir");
+    let runner = runner_with(limits(), work.path()).await;
+    runner.wait_warm(language).await;
+    let peak = Arc::new(AtomicU64::new(0));
+    let sampler = {
+        let (peak, path) = (peak.clone(), work.path().to_owned());
+        tokio::spawn(async move {
+            loop {
+                let path = path.clone();
+                let used = tokio::task::spawn_blocking(move || disk_usage(&path)).await.unwrap_or(0);
+                peak.fetch_max(used, Ordering::Relaxed);
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        })
+    };
+    let outcome = run_on(&runner, &spec(language, code)).await;
+    sampler.abort();
+    // What is left before the directory goes counts too.
+    let last = disk_usage(work.path());
+    (outcome, peak.load(Ordering::Relaxed).max(last))
+}
+
+/// A Worker that stores 200 KB entries in CacheStorage for about 3 s, then
+/// imports `data:` and `blob:` modules of MODULE_BYTES each for 3 s, and
+/// says how far it got.
+const FLOOD: &str = r#"
+const src = `
+const big = "y".repeat(200000);
+const source = "z".repeat(MODULE_BYTES);
+const started = Date.now();
+let stored = 0, storeError = "none";
+try {
+  const cache = await caches.open("flood");
+  while (Date.now() - started < 3000) { await cache.put("https://x.test/" + stored, new Response(big)); stored++; }
+} catch (e) { storeError = String(e).slice(0, 60); }
+let imported = 0;
+while (Date.now() - started < 6000) {
+  await import("data:text/javascript," + encodeURIComponent("export const v" + imported + " = '" + source + "';"));
+  await import(URL.createObjectURL(new Blob(["export const w" + imported + " = '" + source + "';"], { type: "text/javascript" })));
+  imported++;
+}
+postMessage({ stored, storeError, imported });`;
+const w = new Worker(URL.createObjectURL(new Blob([src], { type: "text/javascript" })), { type: "module" });
+const result = await new Promise((resolve) => (w.onmessage = (e) => resolve(e.data)));
+w.terminate();
+console.log(JSON.stringify(result));
+"#;
+
+#[tokio::test]
+async fn js_storage_and_module_caches_stay_off_disk() {
+    let (outcome, peak) = peak_disk_use(Js, &FLOOD.replace("MODULE_BYTES", "200000")).await;
+    assert_status(&outcome, Status::Completed);
+    assert!(outcome.stdout.contains("\"stored\":0"), "{outcome:#?}");
+    assert!(outcome.stdout.contains("Failed to create cache storage"), "{outcome:#?}");
+    // The flood imported modules for seconds; their caches stayed in memory.
+    assert!(!outcome.stdout.contains("\"imported\":0"), "{outcome:#?}");
+    assert!(peak < 1024 * 1024, "a JS job put {peak} bytes on disk: {outcome:#?}");
+}
+
+#[tokio::test]
+async fn python_storage_and_module_caches_stay_bounded() {
+    let code = format!(
+        "from pyodide.code import run_js\nimport js\nprint(await run_js({:?}))",
+        format!(
+            "(async () => {{ {} }})()",
+            FLOOD
+                .replace("console.log(JSON.stringify(result));", "return JSON.stringify(result);")
+                .replace("MODULE_BYTES", "20000")
+        )
+    );
+    let (outcome, peak) = peak_disk_use(Py, &code).await;
+    assert_status(&outcome, Status::Completed);
+    assert!(outcome.stdout.contains("\"stored\":0"), "{outcome:#?}");
+    assert!(!outcome.stdout.contains("\"imported\":0"), "{outcome:#?}");
+    // Smaller modules than for JS: the Python child's own 225 MiB leave less
+    // room under the memory cap for the caches Deno now keeps in memory.
+    // The primed code cache (about 4 MiB) is the one thing a Python child
+    // may grow: its database and journal, each capped by RLIMIT_FSIZE.
+    let bound = 3 * runbox_worker::sandbox::MAX_FILE_BYTES;
+    assert!(peak < bound, "a Python job put {peak} bytes on disk (bound {bound}): {outcome:#?}");
+}
