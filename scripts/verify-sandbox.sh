@@ -58,6 +58,11 @@ expect "js cannot read /etc/passwd" "$(run javascript "console.log(Deno.readText
 expect "python cannot read /etc/passwd" "$(run python "print(open('/etc/passwd').read())")" "$denied and 'root:' not in job['stdout']"
 expect "js cannot write files" "$(run javascript "Deno.writeTextFileSync('/tmp/runbox-verify', 'x')")" "$denied and 'write access' in job['stderr']"
 
+# A node_modules segment once switched Deno's read check off: a refusal must
+# name read access even for a path that does not exist.
+nm_read=$'from pyodide.code import run_js\nprint(await run_js("import(\'file:///runbox-verify/node_modules/x.txt\', { with: { type: \'text\' } }).then(() => \'read\', (e) => String(e))"))'
+expect "python cannot read through node_modules" "$(run python "$nm_read")" "job['status'] == 'completed' and 'Requires read access' in job['stdout']"
+
 # --- processes and host
 expect "js cannot spawn a process" "$(run javascript "new Deno.Command('/bin/sh', { args: ['-c', 'id'] }).outputSync()")" "$denied and 'run access' in job['stderr']"
 expect "python os.system runs nothing" "$(run python $'import os\nprint(os.system("id"))')" "$denied and 'uid=' not in job['stdout']"
@@ -73,6 +78,21 @@ expect "python endless loop times out" "$(run python $'while True:\n    pass' 10
 expect "runaway output is truncated" "$(run javascript "const s = 'x'.repeat(1 << 20); for (;;) console.log(s)" 3000)" 'job["stdout_truncated"] is True and job["status"] == "timeout"'
 expect "js memory bomb is stopped" "$(run javascript 'const a = []; for (;;) a.push(new Array(1e6).fill(1));')" 'job["status"] == "memory_exceeded"'
 expect "python memory bomb is stopped" "$(run python $'a = []\nwhile True:\n    a.append(bytearray(10 << 20))')" 'job["status"] == "memory_exceeded"'
+
+# --- statuses are runbox's own
+expect "js exit 133 is the program's own" "$(run javascript 'Deno.exit(133)')" 'job["status"] == "completed" and job["exit_code"] == 133'
+expect "python exit 389 is the program's own" "$(run python $'import sys\nsys.exit(389)')" 'job["status"] == "completed" and job["exit_code"] == 133'
+expect "a thrown out-of-memory error is just an error" "$(run javascript "throw new RangeError('Out of memory')")" 'job["status"] == "completed" and job["exit_code"] == 1'
+expect "a self-sent SIGKILL is the program's own" "$(run javascript "Deno.kill(Deno.pid, 'SIGKILL')")" 'job["status"] == "completed" and job["signal"] == 9'
+
+# --- python programs run as the genuine __main__
+expect "python unittest.main() runs the tests" "$(run python $'import unittest\nclass T(unittest.TestCase):\n    def test_ok(self):\n        self.assertTrue(True)\nunittest.main()')" 'job["exit_code"] == 0 and "Ran 1 test" in job["stderr"]'
+expect "python pickles a class the program defines" "$(run python $'import pickle\nclass P:\n    pass\nprint(type(pickle.loads(pickle.dumps(P()))).__name__)')" 'job["stdout"] == "P\n"'
+expect "python cannot patch its way to exit 0" "$(run python $'import __main__, builtins\n__main__.exit_status = lambda code: 0\nbuiltins.isinstance = lambda *a: False\nraise ValueError("still failing")')" 'job["status"] == "completed" and job["exit_code"] == 1'
+
+# --- fresh entropy in every python run
+first=$(run python $'import random\nprint(random.random())')
+expect "python random numbers differ between runs" "$(run python $'import random\nprint(random.random())')" "job['status'] == 'completed' and job['stdout'] != $(printf '%s' "$first" | python3 -c 'import json, sys; print(repr(json.load(sys.stdin)["stdout"]))')"
 
 # --- no state between runs
 run javascript "globalThis.leak = 'x'; console.log(typeof localStorage)" >/dev/null

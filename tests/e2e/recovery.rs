@@ -126,18 +126,26 @@ async fn api_and_worker_survive_a_redis_restart() {
 async fn sigterm_lets_running_jobs_finish() {
     let redis = Redis::start().await;
     let api = Api::start(&redis, &[]).await;
-    let mut worker = start_worker(&redis, &[("RUNBOX_SHUTDOWN_GRACE_MS", "10000")]).await;
-    let id = submit_and_wait_running(&api, SLOW_JOB).await;
+    let env = [("RUNBOX_SHUTDOWN_GRACE_MS", "10000"), ("RUNBOX_WORKER_CONCURRENCY", "2")];
+    let mut worker = start_worker(&redis, &env).await;
+    let id =
+        submit_and_wait_running(&api, "await new Promise((r) => setTimeout(r, 3000)); console.log('finished')").await;
     worker.signal(Signal::SIGTERM);
+    // While it drains, the worker has a free slot, and takes nothing new once
+    // the claim it had in flight at the signal (at most one second) is over.
+    worker.wait_for_log("shutting down", Duration::from_secs(2)).await;
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    let (_, queued) = api.submit(json!({ "language": "js", "code": "1" }), None).await;
+    let queued = queued["id"].as_str().expect("id");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(worker.child.try_wait().expect("try_wait").is_none(), "the worker was still draining");
+    assert_eq!(api.get(queued, ALICE, None).await.1["status"], "queued");
+
     let status = worker.wait(Duration::from_secs(10)).await;
     assert!(status.success(), "{status:?}\n{}", worker.logs());
     let (_, job) = api.get(&id, ALICE, None).await;
     assert_eq!((job["status"].as_str(), job["stdout"].as_str()), (Some("completed"), Some("finished\n")), "{job}");
-
-    // Stopped worker takes nothing new.
-    let (_, queued) = api.submit(json!({ "language": "js", "code": "1" }), None).await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    assert_eq!(api.get(queued["id"].as_str().expect("id"), ALICE, None).await.1["status"], "queued");
+    assert_eq!(api.get(queued, ALICE, None).await.1["status"], "queued", "nothing was taken while draining");
 }
 
 #[tokio::test]

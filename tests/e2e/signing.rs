@@ -41,22 +41,39 @@ async fn until_rejected(redis: &Redis, id: &str) {
     panic!("job {id} was never rejected (status {:?})", status_in_redis(redis, id).await);
 }
 
+/// A program that keeps a core busy for two seconds: if it ran, the
+/// worker's finished children used that much CPU.
+const BUSY_TWO_SECONDS: &str = "const end = Date.now() + 2000; while (Date.now() < end) {}";
+
+/// CPU seconds used by the finished children of process `pid`, as the
+/// kernel counts them (cutime + cstime in /proc/PID/stat).
+fn children_cpu_seconds(pid: nix::unistd::Pid) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("worker stat");
+    // Fields after the command name, which ends with the last ')': the first
+    // is field 3 (state), so cutime (field 16) and cstime (17) are 13 and 14.
+    let fields: Vec<&str> = stat[stat.rfind(')').expect("comm") + 1..].split_whitespace().collect();
+    let ticks: u64 = fields[13].parse::<u64>().expect("cutime") + fields[14].parse::<u64>().expect("cstime");
+    let per_second = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK).ok().flatten().unwrap_or(100);
+    ticks as f64 / per_second as f64
+}
+
 #[tokio::test]
 async fn forged_job_is_rejected() {
-    let dir = tempfile::tempdir().expect("dir");
-    let marker = dir.path().join("ran");
     let redis = Redis::start().await;
     let worker = start_worker(&redis, &[("RUNBOX_METRICS_PORT", &free_port().to_string())]).await;
+    let before = children_cpu_seconds(worker.pid());
     let id = "11111111-1111-4111-8111-111111111111";
-    let payload =
-        json!({ "language": "javascript", "code": format!("Deno.writeTextFileSync('{}', 'x')", marker.display()) })
-            .to_string();
+    let payload = json!({ "language": "javascript", "code": BUSY_TWO_SECONDS }).to_string();
     append_entry(&redis, id, &payload, &"00".repeat(32)).await;
     until_rejected(&redis, id).await;
     worker.wait_for_log("signature did not verify", Duration::from_secs(5)).await;
     let started: Option<String> = redis.cmd(redis::cmd("HGET").arg(format!("runbox:job:{id}")).arg("started_at")).await;
     assert_eq!(started, None, "a rejected job never starts");
-    assert!(!marker.exists());
+    // Had the program run, it would have ended by now, and its child's CPU
+    // time would show in the worker's account.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let used = children_cpu_seconds(worker.pid()) - before;
+    assert!(used < 1.0, "the worker's children used {used:.2} CPU-seconds: the forged program ran");
     let depth: u64 = redis.cmd(redis::cmd("XLEN").arg(STREAM)).await;
     assert_eq!(depth, 0, "the rejected entry is removed from the stream");
 }
