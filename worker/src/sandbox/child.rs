@@ -37,12 +37,14 @@ const MEMORY_MARKER: &str = "\u{6}runbox-out-of-memory:";
 /// write fail even for root; Deno then keeps those caches in memory, where
 /// the memory cap applies.
 const BLOCKED_FILES: &[&str] = &["location_data"];
-const BLOCKED_DIRS: &[&str] = &["dep_analysis_cache_v2", "node_analysis_cache_v2"];
+const BLOCKED_DIRS: &[&str] = &["node_analysis_cache_v2"];
 
-/// Deno's V8 code cache: blocked too, except in a Python child that got a
-/// primed copy (see [`prime_cache`]). That database and its journal are
-/// the only files such a child can grow, each up to `MAX_FILE_BYTES`.
-const CODE_CACHE: &str = "v8_code_cache_v2";
+/// Deno's caches of compiled code and of module dependencies: blocked too,
+/// except in a Python child, which gets the copies [`prime_cache`] made
+/// (they save about a fifth of its boot CPU). Those two databases and their
+/// journals are the only files such a child can grow, each up to
+/// `MAX_FILE_BYTES`.
+const SEEDED_CACHES: &[&str] = &["v8_code_cache_v2", "dep_analysis_cache_v2"];
 
 /// How long a child may take to boot before it counts as broken.
 const BOOT_TIMEOUT: Duration = Duration::from_secs(30);
@@ -262,14 +264,16 @@ fn deno_dir(path: &Path, seed: Option<&Path>, sandbox: &Sandbox) -> std::io::Res
         Some(seed) => {
             for entry in std::fs::read_dir(seed)? {
                 let entry = entry?;
-                if entry.file_name().to_string_lossy().starts_with(CODE_CACHE) && entry.file_type()?.is_file() {
-                    let target = path.join(entry.file_name());
+                let name = entry.file_name();
+                let seeded = SEEDED_CACHES.iter().any(|cache| name.to_string_lossy().starts_with(cache));
+                if seeded && entry.file_type()?.is_file() {
+                    let target = path.join(&name);
                     std::fs::copy(entry.path(), &target)?;
                     give_to_child(&target, sandbox)?;
                 }
             }
         }
-        None => blocked_dirs.push(CODE_CACHE),
+        None => blocked_dirs.extend(SEEDED_CACHES),
     }
     for name in BLOCKED_FILES {
         std::fs::File::create(path.join(name))?;

@@ -42,10 +42,10 @@ const DENY_ALL: &[&str] = &[
 /// Open files a child may hold. Deno needs a few dozen for itself.
 const MAX_OPEN_FILES: u64 = 256;
 
-/// Largest file the child's own process may write. The only file it can
-/// write is the Python child's V8 code cache in its throwaway DENO_DIR
-/// (seeded at about 4 MiB; see `deno_dir` in `child.rs`), so with its
-/// journal this bounds what a job can put on disk.
+/// Largest file the child's own process may write. The only files it can
+/// write are the Python child's two primed Deno caches in its throwaway
+/// DENO_DIR (about 4 MiB; see `deno_dir` in `child.rs`), so with their
+/// journals this bounds what a job can put on disk.
 pub const MAX_FILE_BYTES: u64 = 16 * 1024 * 1024;
 
 /// `RLIMIT_DATA` floor. Below about 2 GiB a Deno Worker cannot reserve its
@@ -156,9 +156,9 @@ pub fn deno_command(
 /// library reports a failed exec.) Async-signal-safe: plain syscalls.
 fn close_inherited_descriptors() -> std::io::Result<()> {
     use nix::libc;
-    // SAFETY (of the caller's block): close_range and fcntl are raw
-    // syscalls that touch only the descriptor table.
     #[allow(unsafe_code)]
+    // SAFETY: a raw syscall that changes only descriptor flags of this
+    // (forked) process and allocates nothing.
     let done = unsafe { libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, libc::CLOSE_RANGE_CLOEXEC) } == 0;
     if done {
         return Ok(());
@@ -168,7 +168,7 @@ fn close_inherited_descriptors() -> std::io::Result<()> {
     let max = i32::try_from(max.min(1 << 20)).unwrap_or(1 << 20);
     for fd in 3..max {
         #[allow(unsafe_code)]
-        // SAFETY: see above; a descriptor that is not open yields EBADF, ignored.
+        // SAFETY: as above; a descriptor that is not open yields EBADF, ignored.
         unsafe {
             libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC);
         }

@@ -54,7 +54,9 @@ pub async fn runner_with(limits: Limits, work_dir: &Path) -> Runner {
 pub async fn run_on(runner: &Runner, spec: &JobSpec) -> Outcome {
     runner.wait_warm(spec.language).await;
     let report = runner.run(spec, &CancellationToken::new()).await;
-    assert_eq!(report.boot.is_zero(), pooled(), "ran in the wrong mode");
+    // A warm take is well under a millisecond, but a busy CI machine can
+    // stretch it; a real boot takes tens of milliseconds at the very least.
+    assert_eq!(report.boot < Duration::from_millis(5), pooled(), "ran in the wrong mode: {:?}", report.boot);
     report.outcome
 }
 
