@@ -9,7 +9,7 @@ use axum::extract::rejection::BytesRejection;
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use runbox_common::{Enqueued, JobRecord, Status, Timings, now_rfc3339};
+use runbox_common::{Enqueued, JobRecord, Status, Timings, Verdict, now_rfc3339};
 use serde::Serialize;
 use serde_json::json;
 use tokio::time::Instant;
@@ -36,6 +36,8 @@ pub struct JobView {
     stderr: Option<String>,
     exit_code: Option<i32>,
     signal: Option<i32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    verdict: Option<Verdict>,
     duration_ms: Option<u64>,
     stdout_truncated: bool,
     stderr_truncated: bool,
@@ -56,6 +58,7 @@ impl From<JobRecord> for JobView {
             stderr: outcome.as_ref().map(|o| o.stderr.clone()),
             exit_code: outcome.as_ref().and_then(|o| o.exit_code),
             signal: outcome.as_ref().and_then(|o| o.signal),
+            verdict: outcome.as_ref().and_then(|o| o.verdict),
             duration_ms: outcome.as_ref().map(|o| o.duration_ms),
             stdout_truncated: outcome.as_ref().is_some_and(|o| o.stdout_truncated),
             stderr_truncated: outcome.as_ref().is_some_and(|o| o.stderr_truncated),

@@ -1,7 +1,7 @@
 //! Turns a request body into a [`JobSpec`], or into an error that names the
 //! field and says what to fix. Nothing here panics on input.
 
-use runbox_common::{JobSpec, Language};
+use runbox_common::{Compare, JobSpec, Language};
 use serde_json::{Map, Value};
 
 use crate::config::{ApiLimits, MAX_WAIT_S};
@@ -9,7 +9,11 @@ use crate::error::ApiError;
 
 /// Fields a job may have. Anything else is refused, so a typo such as
 /// `timeout` for `timeout_ms` is caught instead of silently ignored.
-const FIELDS: &[&str] = &["language", "code", "stdin", "timeout_ms"];
+const FIELDS: &[&str] = &["language", "code", "stdin", "timeout_ms", "args", "expected_stdout", "compare"];
+
+/// Most command-line arguments a job may have, and their total size.
+pub const MAX_ARGS: usize = 256;
+pub const MAX_ARGS_BYTES: usize = 64 * 1024;
 
 pub fn job_spec(body: &[u8], limits: &ApiLimits) -> Result<JobSpec, ApiError> {
     let value: Value =
@@ -17,6 +21,11 @@ pub fn job_spec(body: &[u8], limits: &ApiLimits) -> Result<JobSpec, ApiError> {
     let Value::Object(fields) = value else {
         return Err(ApiError::InvalidJson("body must be a JSON object".into()));
     };
+    job_spec_fields(&fields, limits)
+}
+
+/// Validates one job given as a JSON object's fields.
+pub fn job_spec_fields(fields: &Map<String, Value>, limits: &ApiLimits) -> Result<JobSpec, ApiError> {
     if let Some(unknown) = fields.keys().find(|k| !FIELDS.contains(&k.as_str())) {
         return Err(ApiError::UnknownField(format!("unknown field {unknown:?}; a job has {}", FIELDS.join(", "))));
     }
@@ -28,7 +37,7 @@ pub fn job_spec(body: &[u8], limits: &ApiLimits) -> Result<JobSpec, ApiError> {
         Some(Value::String(name)) => name.parse::<Language>().map_err(|e| ApiError::InvalidField(e.to_string()))?,
         Some(_) => return Err(ApiError::InvalidField("language must be a string".into())),
     };
-    let code = string_field(&fields, "code")?.ok_or_else(|| ApiError::InvalidField("code is required".into()))?;
+    let code = string_field(fields, "code")?.ok_or_else(|| ApiError::InvalidField("code is required".into()))?;
     if code.trim().is_empty() {
         return Err(ApiError::InvalidField("code is empty".into()));
     }
@@ -38,7 +47,7 @@ pub fn job_spec(body: &[u8], limits: &ApiLimits) -> Result<JobSpec, ApiError> {
             message: format!("code is {} bytes; the limit is {}", code.len(), limits.max_code_bytes),
         });
     }
-    let stdin = string_field(&fields, "stdin")?.unwrap_or_default();
+    let stdin = string_field(fields, "stdin")?.unwrap_or_default();
     if stdin.len() > limits.max_stdin_bytes {
         return Err(ApiError::TooLarge {
             code: "stdin_too_large",
@@ -57,7 +66,46 @@ pub fn job_spec(body: &[u8], limits: &ApiLimits) -> Result<JobSpec, ApiError> {
             }
         },
     };
-    Ok(JobSpec { language, code, stdin, timeout_ms: Some(timeout_ms.unwrap_or(limits.default_timeout_ms)) })
+    let args = match fields.get("args") {
+        None | Some(Value::Null) => Vec::new(),
+        Some(Value::Array(items)) => {
+            let args: Option<Vec<String>> = items.iter().map(|a| a.as_str().map(str::to_owned)).collect();
+            let args = args.ok_or_else(|| ApiError::InvalidField("args must be an array of strings".into()))?;
+            if args.len() > MAX_ARGS || args.iter().map(String::len).sum::<usize>() > MAX_ARGS_BYTES {
+                return Err(ApiError::InvalidField(format!(
+                    "args holds at most {MAX_ARGS} strings of {MAX_ARGS_BYTES} bytes in all"
+                )));
+            }
+            args
+        }
+        Some(_) => return Err(ApiError::InvalidField("args must be an array of strings".into())),
+    };
+    let expected_stdout = string_field(fields, "expected_stdout")?;
+    if expected_stdout.as_ref().is_some_and(|e| e.len() > limits.max_stdin_bytes) {
+        return Err(ApiError::TooLarge {
+            code: "expected_stdout_too_large",
+            message: format!("expected_stdout is larger than the limit of {} bytes", limits.max_stdin_bytes),
+        });
+    }
+    let compare = match string_field(fields, "compare")?.as_deref() {
+        None | Some("exact") => Compare::Exact,
+        Some("trim") => Compare::Trim,
+        Some(other) => {
+            return Err(ApiError::InvalidField(format!("compare must be \"exact\" or \"trim\", not {other:?}")));
+        }
+    };
+    if compare != Compare::Exact && expected_stdout.is_none() {
+        return Err(ApiError::InvalidField("compare needs expected_stdout".into()));
+    }
+    Ok(JobSpec {
+        language,
+        code,
+        stdin,
+        timeout_ms: Some(timeout_ms.unwrap_or(limits.default_timeout_ms)),
+        args,
+        expected_stdout,
+        compare,
+    })
 }
 
 fn string_field(fields: &Map<String, Value>, name: &str) -> Result<Option<String>, ApiError> {
@@ -112,6 +160,11 @@ mod tests {
             (r#"{"language":"js","code":"1","timeout_ms":1.5}"#, "timeout_ms must be"),
             (r#"{"language":"js","code":"1","timeout_ms":600001}"#, "timeout_ms must be"),
             (r#"{"language":"js","code":"1","timeout":5}"#, "unknown field \"timeout\""),
+            (r#"{"language":"js","code":"1","args":"a b"}"#, "args must be an array of strings"),
+            (r#"{"language":"js","code":"1","args":[1]}"#, "args must be an array of strings"),
+            (r#"{"language":"js","code":"1","expected_stdout":1}"#, "expected_stdout must be a string"),
+            (r#"{"language":"js","code":"1","expected_stdout":"1","compare":"fuzzy"}"#, "compare must be"),
+            (r#"{"language":"js","code":"1","compare":"trim"}"#, "compare needs expected_stdout"),
         ];
         for (body, expected) in cases {
             let error = parse(body).expect_err(body);

@@ -67,6 +67,102 @@ pub struct JobSpec {
     /// Wall-clock limit in milliseconds; the worker's default when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout_ms: Option<u64>,
+    /// Command-line arguments: `Deno.args`, or `sys.argv[1:]`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub args: Vec<String>,
+    /// What stdout should be; when given, the result gets a [`Verdict`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expected_stdout: Option<String>,
+    /// How stdout is compared with `expected_stdout`.
+    #[serde(default, skip_serializing_if = "Compare::is_exact")]
+    pub compare: Compare,
+}
+
+impl JobSpec {
+    /// A spec with only the program: no stdin, arguments or expectations.
+    pub fn new(language: Language, code: impl Into<String>) -> JobSpec {
+        JobSpec {
+            language,
+            code: code.into(),
+            stdin: String::new(),
+            timeout_ms: None,
+            args: Vec::new(),
+            expected_stdout: None,
+            compare: Compare::Exact,
+        }
+    }
+
+    /// The verdict on `outcome`, when this spec says what to expect.
+    pub fn verdict(&self, outcome: &Outcome) -> Option<Verdict> {
+        let expected = self.expected_stdout.as_deref()?;
+        Some(match outcome.status {
+            Status::Timeout => Verdict::Timeout,
+            Status::MemoryExceeded => Verdict::MemoryExceeded,
+            Status::Completed if outcome.exit_code != Some(0) => Verdict::RuntimeError,
+            Status::Completed if self.compare.matches(&outcome.stdout, expected) => Verdict::Accepted,
+            Status::Completed => Verdict::WrongAnswer,
+            // Nothing to judge: the program did not run to an end of its own.
+            _ => return None,
+        })
+    }
+}
+
+/// How stdout is compared with the expected output.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Compare {
+    /// Byte for byte.
+    #[default]
+    Exact,
+    /// Ignoring whitespace at the end of each line and blank lines at the end.
+    Trim,
+}
+
+impl Compare {
+    fn is_exact(&self) -> bool {
+        *self == Compare::Exact
+    }
+
+    pub fn matches(self, actual: &str, expected: &str) -> bool {
+        match self {
+            Compare::Exact => actual == expected,
+            Compare::Trim => trimmed_lines(actual).eq(trimmed_lines(expected)),
+        }
+    }
+}
+
+/// Lines without trailing whitespace, trailing blank lines dropped.
+fn trimmed_lines(text: &str) -> impl Iterator<Item = &str> {
+    let lines: Vec<&str> = text.lines().map(str::trim_end).collect();
+    let keep = lines.iter().rposition(|line| !line.is_empty()).map_or(0, |last| last + 1);
+    lines.into_iter().take(keep)
+}
+
+/// How a program with an expected output did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Verdict {
+    Accepted,
+    WrongAnswer,
+    Timeout,
+    MemoryExceeded,
+    /// It exited with a non-zero code, or died of a signal.
+    RuntimeError,
+}
+
+impl Verdict {
+    pub const ALL: [Verdict; 5] =
+        [Verdict::Accepted, Verdict::WrongAnswer, Verdict::Timeout, Verdict::MemoryExceeded, Verdict::RuntimeError];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Verdict::Accepted => "accepted",
+            Verdict::WrongAnswer => "wrong_answer",
+            Verdict::Timeout => "timeout",
+            Verdict::MemoryExceeded => "memory_exceeded",
+            Verdict::RuntimeError => "runtime_error",
+        }
+    }
 }
 
 /// Where a job is in its life, or how it ended.
@@ -135,6 +231,9 @@ pub struct Outcome {
     pub stderr_truncated: bool,
     /// Wall-clock time from handing the program to the child until it ended.
     pub duration_ms: u64,
+    /// Set when the job had an `expected_stdout`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verdict: Option<Verdict>,
 }
 
 impl Outcome {
@@ -149,6 +248,7 @@ impl Outcome {
             stdout_truncated: false,
             stderr_truncated: false,
             duration_ms: 0,
+            verdict: None,
         }
     }
 }
@@ -176,6 +276,32 @@ mod tests {
         assert_eq!(spec.language, Language::Javascript);
         assert_eq!(spec.stdin, "");
         assert_eq!(spec.timeout_ms, None);
+    }
+
+    #[test]
+    fn verdicts_follow_status_exit_code_and_comparison() {
+        let mut spec = JobSpec::new(Language::Python, "print(1)");
+        spec.expected_stdout = Some("1\n".into());
+        let ran = |status, exit_code, stdout: &str| Outcome {
+            status,
+            exit_code,
+            stdout: stdout.into(),
+            ..Outcome::internal_error("")
+        };
+        assert_eq!(spec.verdict(&ran(Status::Completed, Some(0), "1\n")), Some(Verdict::Accepted));
+        assert_eq!(spec.verdict(&ran(Status::Completed, Some(0), "1 \n\n")), Some(Verdict::WrongAnswer));
+        assert_eq!(spec.verdict(&ran(Status::Completed, Some(1), "1\n")), Some(Verdict::RuntimeError));
+        assert_eq!(spec.verdict(&ran(Status::Completed, None, "1\n")), Some(Verdict::RuntimeError));
+        assert_eq!(spec.verdict(&ran(Status::Timeout, None, "")), Some(Verdict::Timeout));
+        assert_eq!(spec.verdict(&ran(Status::MemoryExceeded, None, "")), Some(Verdict::MemoryExceeded));
+        assert_eq!(spec.verdict(&ran(Status::Cancelled, None, "")), None);
+        spec.compare = Compare::Trim;
+        assert_eq!(spec.verdict(&ran(Status::Completed, Some(0), "1 \t\n\n\n")), Some(Verdict::Accepted));
+        assert_eq!(spec.verdict(&ran(Status::Completed, Some(0), "1")), Some(Verdict::Accepted));
+        assert_eq!(spec.verdict(&ran(Status::Completed, Some(0), " 1\n")), Some(Verdict::WrongAnswer));
+        assert_eq!(spec.verdict(&ran(Status::Completed, Some(0), "1\n\n2\n")), Some(Verdict::WrongAnswer));
+        spec.expected_stdout = None;
+        assert_eq!(spec.verdict(&ran(Status::Completed, Some(0), "1\n")), None);
     }
 
     #[test]

@@ -82,7 +82,9 @@ fn run() -> anyhow::Result<()> {
             };
             let sandbox = runbox_worker::sandbox(&SandboxConfig::from_env()?).await?;
             let runner = Runner::cold(Arc::new(sandbox));
-            let report = runner.run(&JobSpec { language, code, stdin, timeout_ms }, &CancellationToken::new()).await;
+            let report = runner
+                .run(&JobSpec { stdin, timeout_ms, ..JobSpec::new(language, code) }, &CancellationToken::new())
+                .await;
             println!("{}", serde_json::to_string_pretty(&report.outcome)?);
             anyhow::Ok(())
         })?,

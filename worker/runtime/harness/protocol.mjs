@@ -159,10 +159,10 @@ export function dropPersistentStorage() {
 
 /**
  * Hides host paths that are cheap to hide: the harness's own path, the
- * Deno binary's path and the harness's arguments. (`Deno.cwd()` still names
- * the job's temporary directory.)
+ * Deno binary's path and the harness's arguments, which become the job's
+ * `args`. (`Deno.cwd()` still names the job's temporary directory.)
  */
-export function hideHostDetails(mainModule) {
+export function hideHostDetails(mainModule, args = []) {
   const define = (object, name, value) => {
     try {
       Object.defineProperty(object, name, { value, configurable: true, writable: true });
@@ -172,7 +172,7 @@ export function hideHostDetails(mainModule) {
   };
   const process = globalThis.process;
   if (process) {
-    define(process, "argv", ["deno", new URL(mainModule).pathname]);
+    define(process, "argv", ["deno", new URL(mainModule).pathname, ...args]);
     define(process, "argv0", "deno");
     define(process, "execPath", "deno");
     define(process, "execArgv", []);
@@ -182,7 +182,7 @@ export function hideHostDetails(mainModule) {
   define(Deno, "execPath", () => {
     throw new Deno.errors.NotCapable("Requires read access to the Deno binary, which is not granted");
   });
-  define(Deno, "args", []);
+  define(Deno, "args", Object.freeze([...args]));
 }
 
 /** Cuts stack lines that name `dir` (the harness's own files). */

@@ -46,7 +46,7 @@ def make_runner(
     BaseException=BaseException, SystemExit=SystemExit, MemoryError=MemoryError,
     SyntaxError=SyntaxError, ModuleType=types.ModuleType, sys=sys, modules=sys.modules,
     print_exception=traceback.print_exception, line_cache=linecache.cache,
-    builtins=builtins, flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT, memory_flag=${ENDED_BY_MEMORY_ERROR},
+    builtins=builtins, list=list, flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT, memory_flag=${ENDED_BY_MEMORY_ERROR},
 ):
     def exit_status(code):
         if code is None:
@@ -56,7 +56,8 @@ def make_runner(
         print(code, file=sys.stderr)
         return 1
 
-    async def run_main(source):
+    async def run_main(source, args):
+        sys.argv = ["main.py", *list(args)]
         line_cache["main.py"] = (len(source), None, source.splitlines(True), "main.py")
         main = ModuleType("__main__")
         main.__file__ = "main.py"
@@ -102,7 +103,7 @@ const runMain = pyodide.runPython(RUNNER, { globals: pyodide.toPy({}) });
 Deno.permissions.revokeSync({ name: "read" });
 
 const job = awaitJob();
-hideHostDetails("file:///main.py");
+hideHostDetails("file:///main.py", job.args ?? []);
 const stdin = readRest();
 let consumed = 0;
 pyodide.setStdin({
@@ -117,7 +118,7 @@ const nonce = job.nonce;
 const halfCap = (job.memory_mb * 1024 * 1024) / 2;
 // callPromising lets the program block on JS promises (run_until_complete,
 // run_sync) through WebAssembly stack switching.
-const result = await runMain.callPromising(job.code);
+const result = await runMain.callPromising(job.code, job.args ?? []);
 const status = result & 0xff;
 // A MemoryError the program raised itself is just an error; one raised
 // after Python's heap really grew to half the cap or more is out of memory.

@@ -75,6 +75,7 @@ pub struct BootedChild {
 struct Frame<'a> {
     language: Language,
     code: &'a str,
+    args: &'a [String],
     /// Authenticates the harness's out-of-memory marker; the program never sees it.
     nonce: &'a str,
     memory_mb: u32,
@@ -118,8 +119,13 @@ impl BootedChild {
         let BootedChild { mut child, mut stdin, stdout, stderr, dir } = self;
         let nonce = uuid::Uuid::new_v4().simple().to_string();
         // The frame names the job's language: one JS child serves JS and TS.
-        let frame =
-            Frame { language: spec.language, code: &spec.code, nonce: &nonce, memory_mb: sandbox.limits.memory_mb };
+        let frame = Frame {
+            language: spec.language,
+            code: &spec.code,
+            args: &spec.args,
+            nonce: &nonce,
+            memory_mb: sandbox.limits.memory_mb,
+        };
         let frame = match serde_json::to_vec(&frame) {
             Ok(frame) => frame,
             Err(e) => return Outcome::internal_error(format!("could not encode the job: {e}")),
@@ -172,7 +178,7 @@ impl BootedChild {
         };
         // Removing a directory is blocking file-system work: not on the async threads.
         let _ = tokio::task::spawn_blocking(move || drop(dir)).await;
-        Outcome {
+        let mut outcome = Outcome {
             status,
             exit_code,
             signal,
@@ -181,7 +187,10 @@ impl BootedChild {
             stdout_truncated: stdout.truncated,
             stderr_truncated: stderr.truncated,
             duration_ms: u64::try_from(duration.as_millis()).unwrap_or(u64::MAX),
-        }
+            verdict: None,
+        };
+        outcome.verdict = spec.verdict(&outcome);
+        outcome
     }
 }
 
@@ -220,7 +229,7 @@ pub async fn prime_cache(sandbox: &Sandbox) -> Result<TempDir, SandboxError> {
     let dir = private_dir("runbox-cache-", sandbox)?;
     for language in [Language::Python] {
         let (mut child, mut stdin, _stdout, _stderr) = spawn_ready(sandbox, language, dir.path()).await?;
-        let frame = Frame { language, code: "0", nonce: "", memory_mb: sandbox.limits.memory_mb };
+        let frame = Frame { language, code: "0", args: &[], nonce: "", memory_mb: sandbox.limits.memory_mb };
         let frame = serde_json::to_vec(&frame).map_err(std::io::Error::other)?;
         stdin.write_all(format!("{}\n", frame.len()).as_bytes()).await?;
         stdin.write_all(&frame).await?;

@@ -77,12 +77,7 @@ pub async fn probe(sandbox: &Sandbox) -> Result<Isolation, SandboxError> {
 
 async fn self_test(sandbox: &Sandbox, isolation: Isolation) -> Result<(), SandboxError> {
     let trial = Sandbox { isolation, ..sandbox.clone() };
-    let spec = JobSpec {
-        language: Language::Javascript,
-        code: "console.log(6 * 7)".into(),
-        stdin: String::new(),
-        timeout_ms: Some(10_000),
-    };
+    let spec = JobSpec { timeout_ms: Some(10_000), ..JobSpec::new(Language::Javascript, "console.log(6 * 7)") };
     let child = BootedChild::boot(&trial, Language::Javascript).await?;
     let outcome = child.run(&spec, &trial, &CancellationToken::new()).await;
     if outcome.status == Status::Completed && outcome.exit_code == Some(0) && outcome.stdout == "42\n" {

@@ -116,3 +116,34 @@ async fn unicode_round_trips() {
     let outcome = exits(Js, "console.log('h\u{e9}llo \u{1f600}')", 0).await;
     assert_eq!(outcome.stdout, "h\u{e9}llo \u{1f600}\n");
 }
+
+#[tokio::test]
+async fn args_reach_the_program() {
+    let mut job = spec(Js, "console.log(JSON.stringify(Deno.args), process.argv.slice(2).join('|'))");
+    job.args = vec!["one".into(), "two words".into(), "".into()];
+    let outcome = run_spec(&job).await;
+    assert_eq!(outcome.stdout, "[\"one\",\"two words\",\"\"] one|two words|\n", "{outcome:#?}");
+    let mut job = spec(Py, "import sys\nprint(sys.argv)");
+    job.args = vec!["--flag".into(), "\u{e9}".into()];
+    let outcome = run_spec(&job).await;
+    assert_eq!(outcome.stdout, "['main.py', '--flag', '\u{e9}']\n", "{outcome:#?}");
+}
+
+#[tokio::test]
+async fn verdicts_compare_stdout_with_what_was_expected() {
+    use runbox_common::{Compare, Verdict};
+    let judged = |language, code: &str, expected: &str, compare| {
+        let mut job = spec(language, code);
+        job.expected_stdout = Some(expected.into());
+        job.compare = compare;
+        job.timeout_ms = Some(2000);
+        async move { run_spec(&job).await.verdict }
+    };
+    assert_eq!(judged(Py, "print(2 + 2)", "4\n", Compare::Exact).await, Some(Verdict::Accepted));
+    assert_eq!(judged(Py, "print(2 + 2, '')", "4\n", Compare::Exact).await, Some(Verdict::WrongAnswer));
+    assert_eq!(judged(Py, "print(2 + 2, '')\nprint()", "4\n", Compare::Trim).await, Some(Verdict::Accepted));
+    assert_eq!(judged(Js, "console.log(5)", "4\n", Compare::Trim).await, Some(Verdict::WrongAnswer));
+    assert_eq!(judged(Js, "console.log(4); Deno.exit(2)", "4\n", Compare::Exact).await, Some(Verdict::RuntimeError));
+    assert_eq!(judged(Js, "for (;;) {}", "4\n", Compare::Exact).await, Some(Verdict::Timeout));
+    assert_eq!(run(Js, "console.log(4)").await.verdict, None, "no expectation, no verdict");
+}

@@ -61,7 +61,7 @@ pub async fn run_on(runner: &Runner, spec: &JobSpec) -> Outcome {
 }
 
 pub fn spec(language: Language, code: &str) -> JobSpec {
-    JobSpec { language, code: code.to_owned(), stdin: String::new(), timeout_ms: None }
+    JobSpec::new(language, code)
 }
 
 pub async fn run(language: Language, code: &str) -> Outcome {
