@@ -36,6 +36,10 @@ pub struct ApiLimits {
     /// `RUNBOX_RESULT_TTL_S`: how long cancelled jobs are kept (workers
     /// apply it to the jobs they finish).
     pub result_ttl: Duration,
+    /// `RUNBOX_MAX_BATCH`: jobs in one batch.
+    pub max_batch: usize,
+    /// `RUNBOX_MAX_BATCH_BYTES`: the request body limit of a batch.
+    pub max_batch_bytes: usize,
 }
 
 /// The longest `?wait=` a request may ask for.
@@ -58,6 +62,8 @@ impl Default for ApiLimits {
             max_code_bytes: 256 * 1024,
             max_stdin_bytes: 1024 * 1024,
             result_ttl: Duration::from_secs(3600),
+            max_batch: 1000,
+            max_batch_bytes: 32 * 1024 * 1024,
         }
     }
 }
@@ -76,6 +82,8 @@ impl ApiConfig {
             max_code_bytes: env_or("RUNBOX_MAX_CODE_BYTES", d.max_code_bytes)?,
             max_stdin_bytes: env_or("RUNBOX_MAX_STDIN_BYTES", d.max_stdin_bytes)?,
             result_ttl: Duration::from_secs(env_or("RUNBOX_RESULT_TTL_S", d.result_ttl.as_secs())?),
+            max_batch: env_or("RUNBOX_MAX_BATCH", d.max_batch)?,
+            max_batch_bytes: env_or("RUNBOX_MAX_BATCH_BYTES", d.max_batch_bytes)?,
         };
         if limits.default_timeout_ms > limits.max_timeout_ms {
             return Err(ConfigError::Invalid {

@@ -22,12 +22,29 @@ pub enum ApiError {
     UnsupportedMediaType,
     #[error("{message}")]
     TooLarge { code: &'static str, message: String },
-    #[error("no job with that id")]
+    #[error("no such job or batch (or not yours)")]
     NotFound,
     #[error("the queue is full; retry after the Retry-After delay")]
     QueueFull,
     #[error("the queue is unavailable; retry shortly")]
     Unavailable(#[source] runbox_common::QueueError),
+    #[error("{} of {total} jobs are invalid; nothing was queued", errors.len())]
+    InvalidBatch { total: usize, errors: Vec<BatchItemError> },
+}
+
+/// What is wrong with one job of a batch.
+#[derive(Debug, serde::Serialize)]
+pub struct BatchItemError {
+    /// The job's position in `jobs`, from 0.
+    pub index: usize,
+    pub code: &'static str,
+    pub message: String,
+}
+
+impl BatchItemError {
+    pub fn new(index: usize, error: &ApiError) -> BatchItemError {
+        BatchItemError { index, code: error.status_and_code().1, message: error.to_string() }
+    }
 }
 
 impl ApiError {
@@ -43,6 +60,7 @@ impl ApiError {
             ApiError::NotFound => (StatusCode::NOT_FOUND, "not_found"),
             ApiError::QueueFull => (StatusCode::SERVICE_UNAVAILABLE, "queue_full"),
             ApiError::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
+            ApiError::InvalidBatch { .. } => (StatusCode::BAD_REQUEST, "invalid_batch"),
         }
     }
 }
@@ -59,7 +77,10 @@ impl IntoResponse for ApiError {
         if let ApiError::Unavailable(cause) = &self {
             tracing::error!(error = %cause, "redis unavailable");
         }
-        let body = json!({ "error": { "code": code, "message": self.to_string() } });
+        let mut body = json!({ "error": { "code": code, "message": self.to_string() } });
+        if let ApiError::InvalidBatch { errors, .. } = &self {
+            body["error"]["jobs"] = json!(errors);
+        }
         let mut response = (status, axum::Json(body)).into_response();
         if status == StatusCode::SERVICE_UNAVAILABLE {
             response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));

@@ -20,11 +20,11 @@ use crate::error::ApiError;
 use crate::validate;
 
 /// How long a DELETE waits for the worker to confirm the kill.
-const CANCEL_CONFIRM: Duration = Duration::from_secs(2);
+pub(crate) const CANCEL_CONFIRM: Duration = Duration::from_secs(2);
 
 /// A waiter re-reads the job this often even without a notification, as a
 /// backstop for a completion published while the subscription was down.
-const RECHECK_EVERY: Duration = Duration::from_secs(5);
+pub(crate) const RECHECK_EVERY: Duration = Duration::from_secs(5);
 
 /// The job object every route returns.
 #[derive(Serialize)]
@@ -70,7 +70,27 @@ impl From<JobRecord> for JobView {
     }
 }
 
-fn is_final(record: &JobRecord) -> bool {
+/// The body of a JSON request, or the error that says what is wrong with it.
+pub(crate) fn json_body(
+    headers: &HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+    limit: usize,
+) -> Result<Bytes, ApiError> {
+    let is_json = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .is_some_and(|v| v.trim().eq_ignore_ascii_case("application/json"));
+    if !is_json {
+        return Err(ApiError::UnsupportedMediaType);
+    }
+    body.map_err(|rejection| ApiError::TooLarge {
+        code: "payload_too_large",
+        message: format!("request body rejected ({rejection}); the limit is {limit} bytes"),
+    })
+}
+
+pub(crate) fn is_final(record: &JobRecord) -> bool {
     !matches!(record.status.as_str(), "queued" | "running")
 }
 
@@ -82,21 +102,7 @@ pub async fn submit(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let wait = validate::wait_seconds(query.get("wait").map(String::as_str))?;
-    let is_json = headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.split(';').next())
-        .is_some_and(|v| v.trim().eq_ignore_ascii_case("application/json"));
-    if !is_json {
-        return Err(ApiError::UnsupportedMediaType);
-    }
-    let body = body.map_err(|rejection| ApiError::TooLarge {
-        code: "payload_too_large",
-        message: format!(
-            "request body rejected ({rejection}); the limit is {} bytes",
-            state.config.limits.max_body_bytes()
-        ),
-    })?;
+    let body = json_body(&headers, body, state.config.limits.max_body_bytes())?;
     let spec = validate::job_spec(&body, &state.config.limits)?;
 
     let id = uuid::Uuid::new_v4().to_string();

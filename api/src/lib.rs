@@ -7,6 +7,7 @@
 //! # Layout
 //!
 //! - `jobs`: the `/v1/jobs` handlers and the job object.
+//! - `batches`: the `/v1/batches` handlers: many jobs as one.
 //! - `validate`: request body → job spec, with errors that say what to fix.
 //! - `auth`: bearer tokens, compared in constant time.
 //! - `waiters`: long-poll fan-out over one pub/sub subscription.
@@ -15,6 +16,7 @@
 //! - `config`: settings, read from the environment once.
 
 mod auth;
+mod batches;
 mod config;
 mod error;
 mod jobs;
@@ -62,12 +64,18 @@ impl AppState {
 
 /// The whole HTTP surface.
 pub fn app(state: AppState) -> Router {
+    let batches = Router::new()
+        .route("/v1/batches", axum::routing::post(batches::submit))
+        .route("/v1/batches/{id}", get(batches::get).delete(batches::cancel))
+        .route("/v1/batches/{id}/results", get(batches::results))
+        .layer(DefaultBodyLimit::max(state.config.limits.max_batch_bytes));
     let v1 = Router::new()
         .route("/v1/jobs", axum::routing::post(jobs::submit))
         .route("/v1/jobs/{id}", get(jobs::get).delete(jobs::cancel))
         .route("/v1/runtimes", get(runtimes))
         .route("/metrics", get(metrics))
         .layer(DefaultBodyLimit::max(state.config.limits.max_body_bytes()))
+        .merge(batches)
         .route_layer(middleware::from_fn_with_state(state.clone(), auth::require_token));
     Router::new()
         .merge(v1)
@@ -118,6 +126,8 @@ async fn runtimes(State(state): State<AppState>) -> Result<Json<Value>, ApiError
             "max_code_bytes": limits.max_code_bytes,
             "max_stdin_bytes": limits.max_stdin_bytes,
             "max_queue": limits.max_queue,
+            "max_batch": limits.max_batch,
+            "max_batch_bytes": limits.max_batch_bytes,
             "max_wait_s": config::MAX_WAIT_S,
         },
         "workers": workers,

@@ -24,3 +24,11 @@ pub fn jobs_stream(queue: &str) -> String {
 pub fn job(id: &str) -> String {
     format!("runbox:job:{id}")
 }
+
+/// Prefix of every batch hash; Lua scripts append a batch id to it.
+pub const BATCH_PREFIX: &str = "runbox:batch:";
+
+/// The hash holding one batch: owner, size, how many jobs are done, job ids.
+pub fn batch(id: &str) -> String {
+    format!("{BATCH_PREFIX}{id}")
+}

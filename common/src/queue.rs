@@ -13,6 +13,12 @@
 //!    publishes the id on [`keys::DONE_CHANNEL`].
 //! 4. Entries whose worker died stay pending; [`Queue::reclaim`] hands them
 //!    to a live worker after they have idled long enough.
+//!
+//! A batch ([`Queue::enqueue_batch`]) is many jobs enqueued in one script,
+//! all or none, plus a batch hash. Each job hash names its batch; the
+//! script that gives a job its final status (finish, or cancel while
+//! queued) also counts it done in the batch, publishes the batch id on
+//! [`keys::DONE_CHANNEL`], and sets the batch's TTL once all are done.
 
 use std::sync::LazyLock;
 use std::time::Duration;
@@ -63,6 +69,35 @@ pub struct Claimed {
     pub deliveries: u64,
 }
 
+/// One job of a batch, signed and ready to enqueue.
+#[derive(Debug, Clone)]
+pub struct BatchJob {
+    pub id: String,
+    pub language: String,
+    pub payload: String,
+    pub signature: String,
+}
+
+/// One batch as stored.
+#[derive(Debug, Clone)]
+pub struct BatchRecord {
+    pub id: String,
+    pub owner: String,
+    pub created_at: Option<String>,
+    /// Jobs that have a final status.
+    pub done: u64,
+    /// Its jobs' ids, in submission order.
+    pub job_ids: Vec<String>,
+}
+
+/// What counting a batch needs of each job, without its output.
+#[derive(Debug, Clone, Default)]
+pub struct JobSummary {
+    /// Empty when the job hash has expired.
+    pub status: String,
+    pub verdict: Option<String>,
+}
+
 /// One job as stored.
 #[derive(Debug, Clone, Default)]
 pub struct JobRecord {
@@ -102,6 +137,31 @@ pub struct Queue {
     stream: String,
 }
 
+const ENQUEUE_BATCH: &str = r"
+local n = tonumber(ARGV[6])
+if redis.call('XLEN', KEYS[1]) + n > tonumber(ARGV[1]) then return 0 end
+for i = 1, n do
+  local at = 6 + (i - 1) * 4
+  local entry = redis.call('XADD', KEYS[1], '*', 'id', ARGV[at + 1], 'payload', ARGV[at + 2], 'sig', ARGV[at + 3])
+  redis.call('HSET', KEYS[2 + i], 'status', 'queued', 'owner', ARGV[2], 'language', ARGV[at + 4],
+    'created_at', ARGV[3], 'entry', entry, 'batch', ARGV[4])
+end
+redis.call('HSET', KEYS[2], 'owner', ARGV[2], 'created_at', ARGV[3], 'size', n, 'done', 0, 'jobs', ARGV[5])
+return 1
+";
+
+// Counts a job that just reached its final status in its batch, if any.
+const BATCH_PROGRESS: &str = r"
+local function batch_progress(job_key, prefix, ttl, channel)
+  local batch = redis.call('HGET', job_key, 'batch')
+  if not batch then return end
+  local key = prefix .. batch
+  local done = redis.call('HINCRBY', key, 'done', 1)
+  if done >= tonumber(redis.call('HGET', key, 'size') or '0') then redis.call('EXPIRE', key, ttl) end
+  redis.call('PUBLISH', channel, batch)
+end
+";
+
 const ENQUEUE: &str = r"
 local depth = redis.call('XLEN', KEYS[1])
 if depth >= tonumber(ARGV[1]) then return 0 end
@@ -140,7 +200,9 @@ local write_ms = math.max(0, now_ms() - tonumber(ARGV[10]))
 if status == false or status == 'queued' or status == 'running' then
   redis.call('HSET', KEYS[1], 'status', ARGV[1], 'result', ARGV[2], 'finished_at', ARGV[3],
     'boot_ms', ARGV[9], 'write_ms', write_ms)
+  if ARGV[11] ~= '' then redis.call('HSET', KEYS[1], 'verdict', ARGV[11]) end
   redis.call('HDEL', KEYS[1], 'cancel')
+  batch_progress(KEYS[1], ARGV[12], ARGV[4], ARGV[7])
 end
 redis.call('EXPIRE', KEYS[1], ARGV[4])
 redis.call('XACK', KEYS[2], ARGV[5], ARGV[6])
@@ -161,6 +223,7 @@ if status == 'queued' then
     redis.call('XDEL', KEYS[2], entry)
   end
   redis.call('PUBLISH', ARGV[5], ARGV[6])
+  batch_progress(KEYS[1], ARGV[8], ARGV[3], ARGV[5])
   return 'queued'
 end
 if status == 'running' then
@@ -172,9 +235,10 @@ return 'final'
 ";
 
 static ENQUEUE_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(ENQUEUE));
+static ENQUEUE_BATCH_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(ENQUEUE_BATCH));
 static START_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(&format!("{NOW_MS}{START}")));
-static FINISH_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(&format!("{NOW_MS}{FINISH}")));
-static CANCEL_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(CANCEL));
+static FINISH_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(&format!("{NOW_MS}{BATCH_PROGRESS}{FINISH}")));
+static CANCEL_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(&format!("{BATCH_PROGRESS}{CANCEL}")));
 
 /// Time for one Redis reply. A blocking claim adds its own block time.
 const RESPONSE_TIMEOUT: Duration = Duration::from_secs(5);
@@ -258,6 +322,61 @@ impl Queue {
             .invoke_async(&mut self.conn.clone())
             .await?;
         Ok(if accepted == 1 { Enqueued::Accepted } else { Enqueued::Full })
+    }
+
+    /// Adds all of `jobs` as batch `batch_id`, or none of them if queued
+    /// plus running jobs would pass `cap`.
+    pub async fn enqueue_batch(
+        &self,
+        batch_id: &str,
+        owner: &str,
+        created_at: &str,
+        jobs: &[BatchJob],
+        cap: u64,
+    ) -> Result<Enqueued, QueueError> {
+        let ids: Vec<&str> = jobs.iter().map(|j| j.id.as_str()).collect();
+        let ids = serde_json::to_string(&ids).map_err(|e| QueueError::Protocol(e.to_string()))?;
+        let mut invocation = ENQUEUE_BATCH_SCRIPT.key(&self.stream);
+        invocation.key(keys::batch(batch_id));
+        for job in jobs {
+            invocation.key(keys::job(&job.id));
+        }
+        invocation.arg(cap).arg(owner).arg(created_at).arg(batch_id).arg(ids).arg(jobs.len());
+        for job in jobs {
+            invocation.arg(&job.id).arg(&job.payload).arg(&job.signature).arg(&job.language);
+        }
+        let accepted: i64 = invocation.invoke_async(&mut self.conn.clone()).await?;
+        Ok(if accepted == 1 { Enqueued::Accepted } else { Enqueued::Full })
+    }
+
+    /// Reads batch `id`, or None if it does not exist (or expired).
+    pub async fn get_batch(&self, id: &str) -> Result<Option<BatchRecord>, QueueError> {
+        let fields: std::collections::HashMap<String, String> = self.conn.clone().hgetall(keys::batch(id)).await?;
+        if fields.is_empty() {
+            return Ok(None);
+        }
+        let job_ids = fields.get("jobs").and_then(|j| serde_json::from_str::<Vec<String>>(j).ok());
+        let job_ids = job_ids.ok_or_else(|| QueueError::Protocol(format!("batch {id} has no job list")))?;
+        Ok(Some(BatchRecord {
+            id: id.to_owned(),
+            owner: fields.get("owner").cloned().unwrap_or_default(),
+            created_at: fields.get("created_at").cloned(),
+            done: fields.get("done").and_then(|d| d.parse().ok()).unwrap_or(0),
+            job_ids,
+        }))
+    }
+
+    /// The status and verdict of each of `ids`, in order, in one round trip.
+    pub async fn summaries(&self, ids: &[String]) -> Result<Vec<JobSummary>, QueueError> {
+        let mut pipe = redis::pipe();
+        for id in ids {
+            pipe.cmd("HMGET").arg(keys::job(id)).arg("status").arg("verdict");
+        }
+        let rows: Vec<(Option<String>, Option<String>)> = pipe.query_async(&mut self.conn.clone()).await?;
+        Ok(rows
+            .into_iter()
+            .map(|(status, verdict)| JobSummary { status: status.unwrap_or_default(), verdict })
+            .collect())
     }
 
     /// Claims up to `count` new entries for `consumer`, waiting up to `block`
@@ -383,6 +502,8 @@ impl Queue {
             .arg(id)
             .arg(u64::try_from(boot.as_millis()).unwrap_or(u64::MAX))
             .arg(ended_ms)
+            .arg(outcome.verdict.map_or("", |v| v.as_str()))
+            .arg(keys::BATCH_PREFIX)
             .invoke_async(&mut self.conn.clone())
             .await?;
         Ok(Duration::from_millis(u64::try_from(write_ms).unwrap_or(0)))
@@ -403,6 +524,7 @@ impl Queue {
             .arg(keys::DONE_CHANNEL)
             .arg(id)
             .arg(keys::CANCEL_CHANNEL)
+            .arg(keys::BATCH_PREFIX)
             .invoke_async(&mut self.conn.clone())
             .await?;
         Ok(match reply.as_str() {

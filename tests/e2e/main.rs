@@ -7,6 +7,7 @@
 
 mod api;
 mod backpressure;
+mod batches;
 mod cancel;
 mod longpoll;
 mod recovery;

@@ -1,0 +1,279 @@
+//! The `/v1/batches` handlers: many jobs submitted, read, streamed and
+//! cancelled as one.
+//!
+//! A batch is validated whole (every bad job is reported with its index,
+//! and then nothing is queued), signed job by job, and enqueued all or
+//! none in one Redis script. Its jobs are ordinary jobs: they run, finish
+//! and expire as jobs do, and `GET /v1/jobs/{id}` reads each one.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::time::Duration;
+
+use axum::Json;
+use axum::body::{Body, Bytes};
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use runbox_common::{BatchJob, BatchRecord, Enqueued, now_rfc3339};
+use serde::Serialize;
+use serde_json::{Value, json};
+use tokio::time::Instant;
+
+use crate::AppState;
+use crate::auth::Caller;
+use crate::error::{ApiError, BatchItemError};
+use crate::jobs::{CANCEL_CONFIRM, JobView, RECHECK_EVERY, json_body};
+use crate::validate;
+
+/// Fields a batch may have.
+const FIELDS: &[&str] = &["jobs"];
+
+/// Jobs per page of `GET /v1/batches/{id}`, by default and at most.
+const DEFAULT_PAGE: usize = 100;
+const MAX_PAGE: usize = 1000;
+
+/// What every batch route returns: counts, and one page of its jobs.
+#[derive(Serialize)]
+pub struct BatchView {
+    id: String,
+    /// `running` until every job has a final status, then `finished`.
+    status: &'static str,
+    size: usize,
+    /// Jobs with a final status.
+    done: u64,
+    created_at: Option<String>,
+    /// Jobs by status; only statuses that occur.
+    counts: BTreeMap<String, usize>,
+    /// Jobs by verdict, for jobs that had an `expected_stdout`.
+    verdicts: BTreeMap<String, usize>,
+    offset: usize,
+    limit: usize,
+    /// Where the next page starts, if there is one.
+    next_offset: Option<usize>,
+    jobs: Vec<JobView>,
+}
+
+pub async fn submit(
+    State(state): State<AppState>,
+    caller: Caller,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let limits = &state.config.limits;
+    let body = json_body(&headers, body, limits.max_batch_bytes)?;
+    let value: Value =
+        serde_json::from_slice(&body).map_err(|e| ApiError::InvalidJson(format!("body is not valid JSON: {e}")))?;
+    let Value::Object(fields) = value else {
+        return Err(ApiError::InvalidJson("body must be a JSON object".into()));
+    };
+    if let Some(unknown) = fields.keys().find(|k| !FIELDS.contains(&k.as_str())) {
+        return Err(ApiError::UnknownField(format!("unknown field {unknown:?}; a batch has {}", FIELDS.join(", "))));
+    }
+    let Some(Value::Array(items)) = fields.get("jobs") else {
+        return Err(ApiError::InvalidField("jobs is required: an array of job objects".into()));
+    };
+    if items.is_empty() || items.len() > limits.max_batch {
+        return Err(ApiError::InvalidField(format!(
+            "jobs holds {} jobs; a batch holds 1 to {}",
+            items.len(),
+            limits.max_batch
+        )));
+    }
+
+    let mut specs = Vec::with_capacity(items.len());
+    let mut errors = Vec::new();
+    for (index, item) in items.iter().enumerate() {
+        let spec = match item {
+            Value::Object(job) => validate::job_spec_fields(job, limits),
+            _ => Err(ApiError::InvalidJson("a job must be a JSON object".into())),
+        };
+        match spec {
+            Ok(spec) => specs.push(spec),
+            Err(error) => errors.push(BatchItemError::new(index, &error)),
+        }
+    }
+    if !errors.is_empty() {
+        return Err(ApiError::InvalidBatch { total: items.len(), errors });
+    }
+
+    let batch_id = uuid::Uuid::new_v4().to_string();
+    let mut jobs = Vec::with_capacity(specs.len());
+    for spec in &specs {
+        let id = uuid::Uuid::new_v4().to_string();
+        let payload = serde_json::to_string(spec).map_err(|e| ApiError::InvalidJson(e.to_string()))?;
+        let signature = state.config.signing_key.sign(&id, &payload);
+        jobs.push(BatchJob { id, language: spec.language.as_str().to_owned(), payload, signature });
+    }
+    let enqueued = state.queue.enqueue_batch(&batch_id, &caller.0, &now_rfc3339(), &jobs, limits.max_queue).await?;
+    if enqueued == Enqueued::Full {
+        state.metrics.queue_full.inc();
+        return Err(ApiError::QueueFull);
+    }
+    for spec in &specs {
+        state.metrics.jobs_submitted.with_label_values(&[spec.language.as_str()]).inc();
+    }
+    tracing::info!(id = %batch_id, jobs = jobs.len(), "batch queued");
+    let job_ids: Vec<&str> = jobs.iter().map(|j| j.id.as_str()).collect();
+    Ok((StatusCode::ACCEPTED, Json(json!({ "id": batch_id, "job_ids": job_ids }))).into_response())
+}
+
+pub async fn get(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+    Query(query): Query<HashMap<String, String>>,
+) -> Result<Json<BatchView>, ApiError> {
+    let wait = validate::wait_seconds(query.get("wait").map(String::as_str))?;
+    let offset = page_param(&query, "offset", 0, usize::MAX)?;
+    let limit = page_param(&query, "limit", DEFAULT_PAGE, MAX_PAGE)?;
+    let batch = wait_for_batch(&state, &id, &caller, Duration::from_secs(wait)).await?;
+    Ok(Json(view(&state, batch, offset, limit).await?))
+}
+
+pub async fn cancel(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> Result<Json<BatchView>, ApiError> {
+    let batch = wait_for_batch(&state, &id, &caller, Duration::ZERO).await?;
+    let summaries = state.queue.summaries(&batch.job_ids).await?;
+    let ttl = state.config.limits.result_ttl;
+    let mut cancelled = 0;
+    for (job_id, summary) in batch.job_ids.iter().zip(&summaries) {
+        if !is_final(&summary.status) {
+            state.queue.cancel(job_id, &now_rfc3339(), ttl).await?;
+            cancelled += 1;
+        }
+    }
+    tracing::info!(%id, cancelled, "batch cancel requested");
+    // Running jobs end when their workers have killed them; wait briefly.
+    let batch = wait_for_batch(&state, &id, &caller, CANCEL_CONFIRM).await?;
+    Ok(Json(view(&state, batch, 0, DEFAULT_PAGE).await?))
+}
+
+/// Streams each job of the batch as one NDJSON line once it is final, in
+/// the order they finish, and ends when every job has been sent.
+pub async fn results(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let batch = wait_for_batch(&state, &id, &caller, Duration::ZERO).await?;
+    let pending: Vec<String> = batch.job_ids;
+    let stream = futures_util::stream::unfold(Some((state, id, pending)), |progress| async move {
+        let (state, id, mut pending) = progress?;
+        loop {
+            if pending.is_empty() {
+                return None;
+            }
+            let registration = state.waiters.register(&id);
+            let notified = registration.notify.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            let summaries = match state.queue.summaries(&pending).await {
+                Ok(summaries) => summaries,
+                Err(e) => return Some((Err(std::io::Error::other(e)), None)),
+            };
+            let finished: HashSet<&String> =
+                pending.iter().zip(&summaries).filter(|(_, s)| is_final(&s.status)).map(|(job_id, _)| job_id).collect();
+            if !finished.is_empty() {
+                let mut lines = Vec::new();
+                for job_id in pending.iter().filter(|j| finished.contains(j)) {
+                    let line = match state.queue.get(job_id).await {
+                        Ok(Some(record)) => serde_json::to_vec(&JobView::from(record)),
+                        Ok(None) => serde_json::to_vec(&json!({ "id": job_id, "status": null, "expired": true })),
+                        Err(e) => return Some((Err(std::io::Error::other(e)), None)),
+                    };
+                    lines.extend(line.unwrap_or_default());
+                    lines.push(b'\n');
+                }
+                let finished: HashSet<String> = finished.into_iter().cloned().collect();
+                pending.retain(|j| !finished.contains(j));
+                return Some((Ok(Bytes::from(lines)), Some((state, id, pending))));
+            }
+            tokio::select! {
+                () = notified => {}
+                () = tokio::time::sleep(RECHECK_EVERY) => {}
+            }
+        }
+    });
+    let mut response = Response::new(Body::from_stream(stream));
+    response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/x-ndjson"));
+    Ok(response)
+}
+
+/// Reads batch `id` if the caller owns it, waiting up to `wait` for every
+/// job in it to finish.
+async fn wait_for_batch(state: &AppState, id: &str, caller: &Caller, wait: Duration) -> Result<BatchRecord, ApiError> {
+    if uuid::Uuid::parse_str(id).is_err() {
+        return Err(ApiError::NotFound);
+    }
+    let deadline = Instant::now() + wait;
+    let registration = state.waiters.register(id);
+    loop {
+        // Listen before reading, so progress in between still wakes us.
+        let notified = registration.notify.notified();
+        tokio::pin!(notified);
+        notified.as_mut().enable();
+        let batch = state.queue.get_batch(id).await?.filter(|b| b.owner == caller.0).ok_or(ApiError::NotFound)?;
+        if batch.done >= batch.job_ids.len() as u64 || Instant::now() >= deadline {
+            return Ok(batch);
+        }
+        let recheck = (Instant::now() + RECHECK_EVERY).min(deadline);
+        tokio::select! {
+            () = notified => {}
+            () = tokio::time::sleep_until(recheck) => {}
+        }
+    }
+}
+
+async fn view(state: &AppState, batch: BatchRecord, offset: usize, limit: usize) -> Result<BatchView, ApiError> {
+    let summaries = state.queue.summaries(&batch.job_ids).await?;
+    let mut counts = BTreeMap::new();
+    let mut verdicts = BTreeMap::new();
+    for summary in &summaries {
+        let status = if summary.status.is_empty() { "expired" } else { summary.status.as_str() };
+        *counts.entry(status.to_owned()).or_insert(0) += 1;
+        if let Some(verdict) = &summary.verdict {
+            *verdicts.entry(verdict.clone()).or_insert(0) += 1;
+        }
+    }
+    let size = batch.job_ids.len();
+    let page: Vec<&String> = batch.job_ids.iter().skip(offset).take(limit).collect();
+    let records = futures_util::future::try_join_all(page.iter().map(|id| state.queue.get(id))).await?;
+    let jobs = records.into_iter().flatten().map(JobView::from).collect();
+    let end = offset.saturating_add(limit);
+    Ok(BatchView {
+        status: if batch.done >= size as u64 { "finished" } else { "running" },
+        size,
+        done: batch.done,
+        created_at: batch.created_at,
+        counts,
+        verdicts,
+        offset,
+        limit,
+        next_offset: (end < size).then_some(end),
+        jobs,
+        id: batch.id,
+    })
+}
+
+fn page_param(query: &HashMap<String, String>, name: &str, default: usize, max: usize) -> Result<usize, ApiError> {
+    match query.get(name) {
+        None => Ok(default),
+        Some(text) => match text.parse::<usize>() {
+            Ok(n) if n <= max && (name != "limit" || n > 0) => Ok(n),
+            _ => {
+                let min = usize::from(name == "limit");
+                Err(ApiError::InvalidField(format!("{name} must be a whole number from {min} to {max}")))
+            }
+        },
+    }
+}
+
+/// A job is final when it is neither queued nor running; an expired job
+/// (empty status) is long final.
+fn is_final(status: &str) -> bool {
+    !matches!(status, "queued" | "running")
+}
