@@ -5,6 +5,10 @@
 //! and then nothing is queued), signed job by job, and enqueued all or
 //! none in one Redis script. Its jobs are ordinary jobs: they run, finish
 //! and expire as jobs do, and `GET /v1/jobs/{id}` reads each one.
+//!
+//! Test-case mode is the same thing written shorter: one `program` and its
+//! `cases`, each case a job made of the program plus the case's stdin,
+//! args and expected output.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::Duration;
@@ -17,7 +21,7 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use runbox_common::{BatchJob, BatchRecord, Enqueued, now_rfc3339};
 use serde::Serialize;
-use serde_json::{Value, json};
+use serde_json::{Map, Value, json};
 use tokio::time::Instant;
 
 use crate::AppState;
@@ -27,7 +31,13 @@ use crate::jobs::{CANCEL_CONFIRM, JobView, RECHECK_EVERY, json_body};
 use crate::validate;
 
 /// Fields a batch may have.
-const FIELDS: &[&str] = &["jobs"];
+const FIELDS: &[&str] = &["jobs", "program", "cases", "stop_on_first_failure"];
+
+/// A job as the JSON object a client sent.
+type JobObject = Map<String, Value>;
+
+/// Fields a test case may set on top of the program.
+const CASE_FIELDS: &[&str] = &["stdin", "args", "expected_stdout"];
 
 /// Jobs per page of `GET /v1/batches/{id}`, by default and at most.
 const DEFAULT_PAGE: usize = 100;
@@ -42,6 +52,7 @@ pub struct BatchView {
     size: usize,
     /// Jobs with a final status.
     done: u64,
+    stop_on_first_failure: bool,
     created_at: Option<String>,
     /// Jobs by status; only statuses that occur.
     counts: BTreeMap<String, usize>,
@@ -70,12 +81,15 @@ pub async fn submit(
     if let Some(unknown) = fields.keys().find(|k| !FIELDS.contains(&k.as_str())) {
         return Err(ApiError::UnknownField(format!("unknown field {unknown:?}; a batch has {}", FIELDS.join(", "))));
     }
-    let Some(Value::Array(items)) = fields.get("jobs") else {
-        return Err(ApiError::InvalidField("jobs is required: an array of job objects".into()));
+    let stop_on_failure = match fields.get("stop_on_first_failure") {
+        None | Some(Value::Null) => false,
+        Some(Value::Bool(stop)) => *stop,
+        Some(_) => return Err(ApiError::InvalidField("stop_on_first_failure must be true or false".into())),
     };
+    let items = batch_items(&fields)?;
     if items.is_empty() || items.len() > limits.max_batch {
         return Err(ApiError::InvalidField(format!(
-            "jobs holds {} jobs; a batch holds 1 to {}",
+            "the batch holds {} jobs; a batch holds 1 to {}",
             items.len(),
             limits.max_batch
         )));
@@ -83,18 +97,14 @@ pub async fn submit(
 
     let mut specs = Vec::with_capacity(items.len());
     let mut errors = Vec::new();
-    for (index, item) in items.iter().enumerate() {
-        let spec = match item {
-            Value::Object(job) => validate::job_spec_fields(job, limits),
-            _ => Err(ApiError::InvalidJson("a job must be a JSON object".into())),
-        };
-        match spec {
+    for (index, item) in items.into_iter().enumerate() {
+        match item.and_then(|job| validate::job_spec_fields(&job, limits)) {
             Ok(spec) => specs.push(spec),
             Err(error) => errors.push(BatchItemError::new(index, &error)),
         }
     }
     if !errors.is_empty() {
-        return Err(ApiError::InvalidBatch { total: items.len(), errors });
+        return Err(ApiError::InvalidBatch { total: specs.len() + errors.len(), errors });
     }
 
     let batch_id = uuid::Uuid::new_v4().to_string();
@@ -105,7 +115,10 @@ pub async fn submit(
         let signature = state.config.signing_key.sign(&id, &payload);
         jobs.push(BatchJob { id, language: spec.language.as_str().to_owned(), payload, signature });
     }
-    let enqueued = state.queue.enqueue_batch(&batch_id, &caller.0, &now_rfc3339(), &jobs, limits.max_queue).await?;
+    let enqueued = state
+        .queue
+        .enqueue_batch(&batch_id, &caller.0, &now_rfc3339(), &jobs, stop_on_failure, limits.max_queue)
+        .await?;
     if enqueued == Enqueued::Full {
         state.metrics.queue_full.inc();
         return Err(ApiError::QueueFull);
@@ -203,6 +216,41 @@ pub async fn results(
     Ok(response)
 }
 
+/// The jobs a batch body describes, each as a JSON object or the error that
+/// keeps it from being one: `jobs` as given, or `program` merged with each
+/// of `cases`.
+fn batch_items(fields: &JobObject) -> Result<Vec<Result<JobObject, ApiError>>, ApiError> {
+    let as_object = |item: &Value, what: &str| match item {
+        Value::Object(object) => Ok(object.clone()),
+        _ => Err(ApiError::InvalidJson(format!("{what} must be a JSON object"))),
+    };
+    match (fields.get("jobs"), fields.get("program"), fields.get("cases")) {
+        (Some(Value::Array(jobs)), None, None) => Ok(jobs.iter().map(|job| as_object(job, "a job")).collect()),
+        (None, Some(program), Some(Value::Array(cases))) => {
+            let program = as_object(program, "program")?;
+            Ok(cases
+                .iter()
+                .map(|case| {
+                    let case = as_object(case, "a case")?;
+                    if let Some(unknown) = case.keys().find(|k| !CASE_FIELDS.contains(&k.as_str())) {
+                        return Err(ApiError::UnknownField(format!(
+                            "unknown field {unknown:?}; a case has {}",
+                            CASE_FIELDS.join(", ")
+                        )));
+                    }
+                    let mut job = program.clone();
+                    job.extend(case);
+                    Ok(job)
+                })
+                .collect())
+        }
+        (Some(_), None, None) => Err(ApiError::InvalidField("jobs must be an array of job objects".into())),
+        (None, Some(_), _) => Err(ApiError::InvalidField("cases is required with program: an array of cases".into())),
+        (None, None, _) => Err(ApiError::InvalidField("jobs is required (or program and cases)".into())),
+        _ => Err(ApiError::InvalidField("give either jobs, or program and cases".into())),
+    }
+}
+
 /// Reads batch `id` if the caller owns it, waiting up to `wait` for every
 /// job in it to finish.
 async fn wait_for_batch(state: &AppState, id: &str, caller: &Caller, wait: Duration) -> Result<BatchRecord, ApiError> {
@@ -248,6 +296,7 @@ async fn view(state: &AppState, batch: BatchRecord, offset: usize, limit: usize)
         status: if batch.done >= size as u64 { "finished" } else { "running" },
         size,
         done: batch.done,
+        stop_on_first_failure: batch.stop_on_failure,
         created_at: batch.created_at,
         counts,
         verdicts,

@@ -237,6 +237,20 @@ pub struct Outcome {
 }
 
 impl Outcome {
+    /// Whether this counts as a failure for a batch that stops on the first
+    /// one: a verdict other than accepted, or, without a verdict, any end
+    /// but a clean exit. A cancelled job is not a failure.
+    pub fn failed(&self) -> bool {
+        match self.verdict {
+            Some(verdict) => verdict != Verdict::Accepted,
+            None => match self.status {
+                Status::Completed => self.exit_code != Some(0),
+                Status::Cancelled => false,
+                _ => true,
+            },
+        }
+    }
+
     /// An outcome for a job that failed inside runbox; `message` is for the user.
     pub fn internal_error(message: impl Into<String>) -> Self {
         Outcome {

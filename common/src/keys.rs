@@ -20,9 +20,12 @@ pub fn jobs_stream(queue: &str) -> String {
     format!("runbox:{queue}:jobs")
 }
 
+/// Prefix of every job hash; Lua scripts append a job id to it.
+pub const JOB_PREFIX: &str = "runbox:job:";
+
 /// The hash holding one job's spec, status and result.
 pub fn job(id: &str) -> String {
-    format!("runbox:job:{id}")
+    format!("{JOB_PREFIX}{id}")
 }
 
 /// Prefix of every batch hash; Lua scripts append a batch id to it.

@@ -86,6 +86,8 @@ pub struct BatchRecord {
     pub created_at: Option<String>,
     /// Jobs that have a final status.
     pub done: u64,
+    /// The first failed job cancels the ones not yet started.
+    pub stop_on_failure: bool,
     /// Its jobs' ids, in submission order.
     pub job_ids: Vec<String>,
 }
@@ -146,7 +148,8 @@ for i = 1, n do
   redis.call('HSET', KEYS[2 + i], 'status', 'queued', 'owner', ARGV[2], 'language', ARGV[at + 4],
     'created_at', ARGV[3], 'entry', entry, 'batch', ARGV[4])
 end
-redis.call('HSET', KEYS[2], 'owner', ARGV[2], 'created_at', ARGV[3], 'size', n, 'done', 0, 'jobs', ARGV[5])
+redis.call('HSET', KEYS[2], 'owner', ARGV[2], 'created_at', ARGV[3], 'size', n, 'done', 0, 'jobs', ARGV[5],
+  'stop_on_failure', ARGV[7 + 4 * n])
 return 1
 ";
 
@@ -154,11 +157,34 @@ return 1
 const BATCH_PROGRESS: &str = r"
 local function batch_progress(job_key, prefix, ttl, channel)
   local batch = redis.call('HGET', job_key, 'batch')
-  if not batch then return end
+  if not batch then return nil end
   local key = prefix .. batch
   local done = redis.call('HINCRBY', key, 'done', 1)
   if done >= tonumber(redis.call('HGET', key, 'size') or '0') then redis.call('EXPIRE', key, ttl) end
   redis.call('PUBLISH', channel, batch)
+  return key
+end
+";
+
+// After a failed job of a batch that stops on the first failure: cancels
+// every job of it still queued, exactly as a cancel while queued does.
+const STOP_BATCH: &str = r"
+local function stop_batch(key, batch_prefix, job_prefix, stream, group, finished_at, result, ttl, channel)
+  if redis.call('HGET', key, 'stop_on_failure') ~= '1' then return end
+  for _, id in ipairs(cjson.decode(redis.call('HGET', key, 'jobs'))) do
+    local job_key = job_prefix .. id
+    if redis.call('HGET', job_key, 'status') == 'queued' then
+      local entry = redis.call('HGET', job_key, 'entry')
+      redis.call('HSET', job_key, 'status', 'cancelled', 'finished_at', finished_at, 'result', result)
+      redis.call('EXPIRE', job_key, ttl)
+      if entry then
+        redis.call('XACK', stream, group, entry)
+        redis.call('XDEL', stream, entry)
+      end
+      redis.call('PUBLISH', channel, id)
+      batch_progress(job_key, batch_prefix, ttl, channel)
+    end
+  end
 end
 ";
 
@@ -202,7 +228,10 @@ if status == false or status == 'queued' or status == 'running' then
     'boot_ms', ARGV[9], 'write_ms', write_ms)
   if ARGV[11] ~= '' then redis.call('HSET', KEYS[1], 'verdict', ARGV[11]) end
   redis.call('HDEL', KEYS[1], 'cancel')
-  batch_progress(KEYS[1], ARGV[12], ARGV[4], ARGV[7])
+  local batch_key = batch_progress(KEYS[1], ARGV[12], ARGV[4], ARGV[7])
+  if batch_key and ARGV[13] == '1' then
+    stop_batch(batch_key, ARGV[12], ARGV[14], KEYS[2], ARGV[5], ARGV[3], ARGV[15], ARGV[4], ARGV[7])
+  end
 end
 redis.call('EXPIRE', KEYS[1], ARGV[4])
 redis.call('XACK', KEYS[2], ARGV[5], ARGV[6])
@@ -237,7 +266,8 @@ return 'final'
 static ENQUEUE_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(ENQUEUE));
 static ENQUEUE_BATCH_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(ENQUEUE_BATCH));
 static START_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(&format!("{NOW_MS}{START}")));
-static FINISH_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(&format!("{NOW_MS}{BATCH_PROGRESS}{FINISH}")));
+static FINISH_SCRIPT: LazyLock<Script> =
+    LazyLock::new(|| Script::new(&format!("{NOW_MS}{BATCH_PROGRESS}{STOP_BATCH}{FINISH}")));
 static CANCEL_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(&format!("{BATCH_PROGRESS}{CANCEL}")));
 
 /// Time for one Redis reply. A blocking claim adds its own block time.
@@ -332,6 +362,7 @@ impl Queue {
         owner: &str,
         created_at: &str,
         jobs: &[BatchJob],
+        stop_on_failure: bool,
         cap: u64,
     ) -> Result<Enqueued, QueueError> {
         let ids: Vec<&str> = jobs.iter().map(|j| j.id.as_str()).collect();
@@ -345,6 +376,7 @@ impl Queue {
         for job in jobs {
             invocation.arg(&job.id).arg(&job.payload).arg(&job.signature).arg(&job.language);
         }
+        invocation.arg(if stop_on_failure { "1" } else { "0" });
         let accepted: i64 = invocation.invoke_async(&mut self.conn.clone()).await?;
         Ok(if accepted == 1 { Enqueued::Accepted } else { Enqueued::Full })
     }
@@ -362,6 +394,7 @@ impl Queue {
             owner: fields.get("owner").cloned().unwrap_or_default(),
             created_at: fields.get("created_at").cloned(),
             done: fields.get("done").and_then(|d| d.parse().ok()).unwrap_or(0),
+            stop_on_failure: fields.get("stop_on_failure").is_some_and(|f| f == "1"),
             job_ids,
         }))
     }
@@ -504,6 +537,9 @@ impl Queue {
             .arg(ended_ms)
             .arg(outcome.verdict.map_or("", |v| v.as_str()))
             .arg(keys::BATCH_PREFIX)
+            .arg(if outcome.failed() { "1" } else { "0" })
+            .arg(keys::JOB_PREFIX)
+            .arg(cancelled_result()?)
             .invoke_async(&mut self.conn.clone())
             .await?;
         Ok(Duration::from_millis(u64::try_from(write_ms).unwrap_or(0)))
@@ -512,8 +548,7 @@ impl Queue {
     /// Cancels job `id`: a queued job ends at once; a running one is flagged
     /// and its worker told on [`keys::CANCEL_CHANNEL`].
     pub async fn cancel(&self, id: &str, finished_at: &str, ttl: Duration) -> Result<Cancelled, QueueError> {
-        let outcome = Outcome { status: Status::Cancelled, ..Outcome::internal_error("") };
-        let result = serde_json::to_string(&outcome).map_err(|e| QueueError::Protocol(e.to_string()))?;
+        let result = cancelled_result()?;
         let reply: String = CANCEL_SCRIPT
             .key(keys::job(id))
             .key(&self.stream)
@@ -617,6 +652,12 @@ impl Queue {
         let all: std::collections::HashMap<String, String> = self.conn.clone().hgetall(keys::WORKERS).await?;
         Ok(all.into_values().collect())
     }
+}
+
+/// The stored result of a job cancelled before it ran.
+fn cancelled_result() -> Result<String, QueueError> {
+    let outcome = Outcome { status: Status::Cancelled, ..Outcome::internal_error("") };
+    serde_json::to_string(&outcome).map_err(|e| QueueError::Protocol(e.to_string()))
 }
 
 fn as_string(value: &Value) -> Option<String> {

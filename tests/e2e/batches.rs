@@ -171,3 +171,42 @@ async fn cancelling_a_batch_ends_what_has_not_finished() {
         api.http.delete(api.url(&format!("/v1/batches/{id}"))).bearer_auth(BOB).send().await.expect("delete");
     assert_eq!(response.status(), 404);
 }
+
+#[tokio::test]
+async fn test_cases_run_one_program_against_each_input() {
+    // One slot, so cases run in order and a failure finds the rest queued.
+    let stack = Stack::start(&[("RUNBOX_WORKER_CONCURRENCY", "1")]).await;
+    let api = &stack.api;
+    let program = json!({ "language": "py", "code": "import sys\nn = int(input())\nprint(n * 2, *sys.argv[1:])", "compare": "trim" });
+    let cases = json!([
+        { "stdin": "1", "expected_stdout": "2" },
+        { "stdin": "5", "args": ["x"], "expected_stdout": "10 x" },
+        { "stdin": "oops", "expected_stdout": "0" },
+        { "stdin": "3", "expected_stdout": "7" },
+    ]);
+    let (status, submitted) = post_batch(api, ALICE, &json!({ "program": program, "cases": cases })).await;
+    assert_eq!(status, 202, "{submitted}");
+    let id = submitted["id"].as_str().expect("id");
+    let (_, batch) = get_json(api, ALICE, &format!("/v1/batches/{id}?wait=60")).await;
+    let verdicts: Vec<&str> =
+        batch["jobs"].as_array().expect("jobs").iter().filter_map(|j| j["verdict"].as_str()).collect();
+    assert_eq!(verdicts, ["accepted", "accepted", "runtime_error", "wrong_answer"], "{batch}");
+    assert_eq!(batch["verdicts"], json!({ "accepted": 2, "runtime_error": 1, "wrong_answer": 1 }), "{batch}");
+
+    // The same, stopping at the first failure: the cases after it never run.
+    let body = json!({ "program": program, "cases": cases, "stop_on_first_failure": true });
+    let (_, submitted) = post_batch(api, ALICE, &body).await;
+    let id = submitted["id"].as_str().expect("id");
+    let (_, batch) = get_json(api, ALICE, &format!("/v1/batches/{id}?wait=60")).await;
+    assert_eq!(batch["status"], "finished", "{batch}");
+    assert_eq!(batch["counts"], json!({ "completed": 3, "cancelled": 1 }), "{batch}");
+    assert_eq!(batch["jobs"][3]["status"], "cancelled", "{batch}");
+
+    // A case may set only its own fields.
+    let body =
+        json!({ "program": program, "cases": [{ "stdin": "1", "expected_stdout": "2" }, { "code": "print(1)" }] });
+    let (status, error) = post_batch(api, ALICE, &body).await;
+    assert_eq!((status, error["error"]["jobs"][0]["index"].as_u64()), (400, Some(1)), "{error}");
+    let (status, _) = post_batch(api, ALICE, &json!({ "program": program, "jobs": [] })).await;
+    assert_eq!(status, 400);
+}
