@@ -23,7 +23,7 @@ const createObjectURL = URL.createObjectURL;
 dropPersistentStorage();
 const job = awaitJob();
 const typescript = job.language === "typescript";
-hideHostDetails(typescript ? "file:///main.ts" : "file:///main.js", job.args ?? []);
+hideHostDetails(typescript ? "file:///main.ts" : "file:///main.js", job.args ?? [], /\bprocess\b/.test(job.code));
 const url = createObjectURL(new Blob([job.code], { type: typescript ? "application/typescript" : "text/javascript" }));
 const nonce = job.nonce;
 const halfCap = (job.memory_mb * 1024 * 1024) / 2;

@@ -160,9 +160,12 @@ export function dropPersistentStorage() {
 /**
  * Hides host paths that are cheap to hide: the harness's own path, the
  * Deno binary's path and the harness's arguments, which become the job's
- * `args`. (`Deno.cwd()` still names the job's temporary directory.)
+ * `args`. Node's `process.argv` reads the first two from `Deno` when it
+ * loads; the job's args are added to it only when `withProcess` says the
+ * program mentions `process`, because loading it costs a JS child about
+ * 60 ms of CPU. (`Deno.cwd()` still names the job's temporary directory.)
  */
-export function hideHostDetails(mainModule, args = []) {
+export function hideHostDetails(mainModule, args, withProcess) {
   const define = (object, name, value) => {
     try {
       Object.defineProperty(object, name, { value, configurable: true, writable: true });
@@ -170,19 +173,17 @@ export function hideHostDetails(mainModule, args = []) {
       // Not configurable in this Deno: the path stays visible (documented).
     }
   };
-  const process = globalThis.process;
+  define(Deno, "mainModule", mainModule);
+  define(Deno, "execPath", () => "deno");
+  define(Deno, "args", Object.freeze([...args]));
+  const process = withProcess ? globalThis.process : undefined;
   if (process) {
+    // Already loaded in the Python child, with the harness's own arguments.
     define(process, "argv", ["deno", new URL(mainModule).pathname, ...args]);
     define(process, "argv0", "deno");
     define(process, "execPath", "deno");
     define(process, "execArgv", []);
   }
-  // After `process`, whose lazy set-up calls Deno.execPath.
-  define(Deno, "mainModule", mainModule);
-  define(Deno, "execPath", () => {
-    throw new Deno.errors.NotCapable("Requires read access to the Deno binary, which is not granted");
-  });
-  define(Deno, "args", Object.freeze([...args]));
 }
 
 /** Cuts stack lines that name `dir` (the harness's own files). */

@@ -103,7 +103,8 @@ const runMain = pyodide.runPython(RUNNER, { globals: pyodide.toPy({}) });
 Deno.permissions.revokeSync({ name: "read" });
 
 const job = awaitJob();
-hideHostDetails("file:///main.py", job.args ?? []);
+// Pyodide has loaded Node's `process` already.
+hideHostDetails("file:///main.py", job.args ?? [], true);
 const stdin = readRest();
 let consumed = 0;
 pyodide.setStdin({
