@@ -33,6 +33,8 @@ pub struct ApiLimits {
     pub max_code_bytes: usize,
     /// `RUNBOX_MAX_STDIN_BYTES`.
     pub max_stdin_bytes: usize,
+    /// `RUNBOX_MAX_FILES_BYTES`: the decoded size of a job's `files`, in all.
+    pub max_files_bytes: usize,
     /// `RUNBOX_RESULT_TTL_S`: how long cancelled jobs are kept (workers
     /// apply it to the jobs they finish).
     pub result_ttl: Duration,
@@ -46,10 +48,10 @@ pub struct ApiLimits {
 pub const MAX_WAIT_S: u64 = 60;
 
 impl ApiLimits {
-    /// The request body limit: room for the largest code and stdin even if
-    /// JSON escaping doubles them, plus the other fields.
+    /// The request body limit: room for the largest code, stdin and files
+    /// even if JSON escaping or base64 doubles them, plus the other fields.
     pub fn max_body_bytes(&self) -> usize {
-        2 * (self.max_code_bytes + self.max_stdin_bytes) + 64 * 1024
+        2 * (self.max_code_bytes + self.max_stdin_bytes + self.max_files_bytes) + 64 * 1024
     }
 }
 
@@ -61,6 +63,7 @@ impl Default for ApiLimits {
             default_timeout_ms: 10_000,
             max_code_bytes: 256 * 1024,
             max_stdin_bytes: 1024 * 1024,
+            max_files_bytes: 1024 * 1024,
             result_ttl: Duration::from_secs(3600),
             max_batch: 1000,
             max_batch_bytes: 32 * 1024 * 1024,
@@ -81,6 +84,7 @@ impl ApiConfig {
             default_timeout_ms: env_or("RUNBOX_DEFAULT_TIMEOUT_MS", d.default_timeout_ms)?,
             max_code_bytes: env_or("RUNBOX_MAX_CODE_BYTES", d.max_code_bytes)?,
             max_stdin_bytes: env_or("RUNBOX_MAX_STDIN_BYTES", d.max_stdin_bytes)?,
+            max_files_bytes: env_or("RUNBOX_MAX_FILES_BYTES", d.max_files_bytes)?,
             result_ttl: Duration::from_secs(env_or("RUNBOX_RESULT_TTL_S", d.result_ttl.as_secs())?),
             max_batch: env_or("RUNBOX_MAX_BATCH", d.max_batch)?,
             max_batch_bytes: env_or("RUNBOX_MAX_BATCH_BYTES", d.max_batch_bytes)?,

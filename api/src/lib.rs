@@ -125,6 +125,7 @@ async fn runtimes(State(state): State<AppState>) -> Result<Json<Value>, ApiError
             "max_timeout_ms": limits.max_timeout_ms,
             "max_code_bytes": limits.max_code_bytes,
             "max_stdin_bytes": limits.max_stdin_bytes,
+            "max_files_bytes": limits.max_files_bytes,
             "max_queue": limits.max_queue,
             "max_batch": limits.max_batch,
             "max_batch_bytes": limits.max_batch_bytes,

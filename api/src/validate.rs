@@ -1,7 +1,7 @@
 //! Turns a request body into a [`JobSpec`], or into an error that names the
 //! field and says what to fix. Nothing here panics on input.
 
-use runbox_common::{Compare, JobSpec, Language};
+use runbox_common::{Compare, FileEncoding, InputFile, JobSpec, Language};
 use serde_json::{Map, Value};
 
 use crate::config::{ApiLimits, MAX_WAIT_S};
@@ -9,7 +9,10 @@ use crate::error::ApiError;
 
 /// Fields a job may have. Anything else is refused, so a typo such as
 /// `timeout` for `timeout_ms` is caught instead of silently ignored.
-const FIELDS: &[&str] = &["language", "code", "stdin", "timeout_ms", "args", "expected_stdout", "compare"];
+const FIELDS: &[&str] = &["language", "code", "stdin", "timeout_ms", "args", "expected_stdout", "compare", "files"];
+
+/// Most files a job may have.
+pub const MAX_FILES: usize = 64;
 
 /// Most command-line arguments a job may have, and their total size.
 pub const MAX_ARGS: usize = 256;
@@ -97,6 +100,7 @@ pub fn job_spec_fields(fields: &Map<String, Value>, limits: &ApiLimits) -> Resul
     if compare != Compare::Exact && expected_stdout.is_none() {
         return Err(ApiError::InvalidField("compare needs expected_stdout".into()));
     }
+    let files = files(fields.get("files"), limits)?;
     Ok(JobSpec {
         language,
         code,
@@ -105,7 +109,63 @@ pub fn job_spec_fields(fields: &Map<String, Value>, limits: &ApiLimits) -> Resul
         args,
         expected_stdout,
         compare,
+        files,
     })
+}
+
+/// Parses `files`: at most [`MAX_FILES`] objects `{path, content,
+/// encoding?}` with distinct, safe paths and `max_files_bytes` in all.
+fn files(value: Option<&Value>, limits: &ApiLimits) -> Result<Vec<InputFile>, ApiError> {
+    let items = match value {
+        None | Some(Value::Null) => return Ok(Vec::new()),
+        Some(Value::Array(items)) if items.len() <= MAX_FILES => items,
+        Some(Value::Array(_)) => {
+            return Err(ApiError::InvalidField(format!("files holds at most {MAX_FILES} files")));
+        }
+        Some(_) => return Err(ApiError::InvalidField("files must be an array of {path, content, encoding}".into())),
+    };
+    let mut files = Vec::with_capacity(items.len());
+    let mut total = 0;
+    for item in items {
+        let Value::Object(fields) = item else {
+            return Err(ApiError::InvalidField("each file must be an object {path, content, encoding}".into()));
+        };
+        let path = string_field(fields, "path")?.ok_or_else(|| ApiError::InvalidField("a file has no path".into()))?;
+        InputFile::check_path(&path).map_err(ApiError::InvalidField)?;
+        if let Some(unknown) = fields.keys().find(|k| !["path", "content", "encoding"].contains(&k.as_str())) {
+            return Err(ApiError::UnknownField(format!("file {path:?}: unknown field {unknown:?}")));
+        }
+        let content = string_field(fields, "content")?
+            .ok_or_else(|| ApiError::InvalidField(format!("file {path:?} has no content")))?;
+        let encoding = match string_field(fields, "encoding")?.as_deref() {
+            None | Some("utf8") => FileEncoding::Utf8,
+            Some("base64") => FileEncoding::Base64,
+            Some(other) => {
+                return Err(ApiError::InvalidField(format!(
+                    "file {path:?}: encoding must be \"utf8\" or \"base64\", not {other:?}"
+                )));
+            }
+        };
+        let file = InputFile { path, content, encoding };
+        total += file.bytes().map_err(ApiError::InvalidField)?.len();
+        if let Some(other) = files.iter().find(|f: &&InputFile| clashes(&f.path, &file.path)) {
+            return Err(ApiError::InvalidField(format!("file {:?} clashes with file {:?}", file.path, other.path)));
+        }
+        files.push(file);
+    }
+    if total > limits.max_files_bytes {
+        return Err(ApiError::TooLarge {
+            code: "files_too_large",
+            message: format!("files hold {total} bytes; the limit is {}", limits.max_files_bytes),
+        });
+    }
+    Ok(files)
+}
+
+/// Two paths clash when they are the same, or one is a directory of the other.
+fn clashes(a: &str, b: &str) -> bool {
+    let (short, long) = if a.len() <= b.len() { (a, b) } else { (b, a) };
+    long == short || long.strip_prefix(short).is_some_and(|rest| rest.starts_with('/'))
 }
 
 fn string_field(fields: &Map<String, Value>, name: &str) -> Result<Option<String>, ApiError> {
@@ -165,6 +225,26 @@ mod tests {
             (r#"{"language":"js","code":"1","expected_stdout":1}"#, "expected_stdout must be a string"),
             (r#"{"language":"js","code":"1","expected_stdout":"1","compare":"fuzzy"}"#, "compare must be"),
             (r#"{"language":"js","code":"1","compare":"trim"}"#, "compare needs expected_stdout"),
+            (r#"{"language":"js","code":"1","files":{}}"#, "files must be an array"),
+            (r#"{"language":"js","code":"1","files":[{"content":"x"}]}"#, "a file has no path"),
+            (
+                r#"{"language":"js","code":"1","files":[{"path":"../x","content":"x"}]}"#,
+                "\"../x\" is not a valid file path",
+            ),
+            (r#"{"language":"js","code":"1","files":[{"path":"/etc/x","content":"x"}]}"#, "not a valid file path"),
+            (r#"{"language":"js","code":"1","files":[{"path":"a","content":"x","mode":1}]}"#, "unknown field \"mode\""),
+            (
+                r#"{"language":"js","code":"1","files":[{"path":"a","content":"%","encoding":"base64"}]}"#,
+                "not valid base64",
+            ),
+            (
+                r#"{"language":"js","code":"1","files":[{"path":"a","content":"x","encoding":"hex"}]}"#,
+                "encoding must be",
+            ),
+            (
+                r#"{"language":"js","code":"1","files":[{"path":"a","content":"x"},{"path":"a/b","content":"y"}]}"#,
+                "clashes with file \"a\"",
+            ),
         ];
         for (body, expected) in cases {
             let error = parse(body).expect_err(body);
@@ -179,6 +259,17 @@ mod tests {
         assert!(matches!(error, ApiError::TooLarge { code: "code_too_large", .. }));
         let error = job_spec(br#"{"language":"js","code":"1","stdin":"123456"}"#, &limits).expect_err("too large");
         assert!(matches!(error, ApiError::TooLarge { code: "stdin_too_large", .. }));
+    }
+
+    #[test]
+    fn files_are_capped_in_total() {
+        let limits = ApiLimits { max_files_bytes: 4, ..ApiLimits::default() };
+        let body = br#"{"language":"js","code":"1","files":[{"path":"a","content":"aGVsbG8=","encoding":"base64"}]}"#;
+        let error = job_spec(body, &limits).expect_err("too large");
+        assert!(matches!(error, ApiError::TooLarge { code: "files_too_large", .. }), "{error}");
+        let body =
+            br#"{"language":"js","code":"1","files":[{"path":"a","content":"abcd"},{"path":"ab","content":""}]}"#;
+        assert_eq!(job_spec(body, &limits).expect("fits").files.len(), 2);
     }
 
     #[test]

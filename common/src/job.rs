@@ -76,6 +76,60 @@ pub struct JobSpec {
     /// How stdout is compared with `expected_stdout`.
     #[serde(default, skip_serializing_if = "Compare::is_exact")]
     pub compare: Compare,
+    /// Files put in the program's working directory before it starts.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub files: Vec<InputFile>,
+}
+
+/// A file given to the program, by a path relative to its working directory.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InputFile {
+    pub path: String,
+    pub content: String,
+    #[serde(default)]
+    pub encoding: FileEncoding,
+}
+
+/// How an [`InputFile`]'s `content` is written.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FileEncoding {
+    /// The text itself.
+    #[default]
+    Utf8,
+    /// Standard base64 of the bytes.
+    Base64,
+}
+
+impl InputFile {
+    /// The file's bytes, or why its content is not valid for its encoding.
+    pub fn bytes(&self) -> Result<Vec<u8>, String> {
+        use base64::Engine;
+        match self.encoding {
+            FileEncoding::Utf8 => Ok(self.content.clone().into_bytes()),
+            FileEncoding::Base64 => base64::engine::general_purpose::STANDARD
+                .decode(&self.content)
+                .map_err(|e| format!("{}: content is not valid base64: {e}", self.path)),
+        }
+    }
+
+    /// Checks that `path` names a file inside the working directory: relative,
+    /// made of plain names (no `.`, `..` or empty parts), printable, short.
+    pub fn check_path(path: &str) -> Result<(), String> {
+        let ok = !path.is_empty()
+            && path.len() <= 255
+            && !path.starts_with('/')
+            && path.split('/').all(|part| !part.is_empty() && part != "." && part != "..")
+            && !path.chars().any(|c| c.is_control() || c == '\\');
+        if ok {
+            Ok(())
+        } else {
+            Err(format!(
+                "{path:?} is not a valid file path: use a relative path of plain names separated by /, \
+                 with no . or .. parts, at most 255 bytes"
+            ))
+        }
+    }
 }
 
 impl JobSpec {
@@ -89,6 +143,7 @@ impl JobSpec {
             args: Vec::new(),
             expected_stdout: None,
             compare: Compare::Exact,
+            files: Vec::new(),
         }
     }
 
@@ -316,6 +371,20 @@ mod tests {
         assert_eq!(spec.verdict(&ran(Status::Completed, Some(0), "1\n\n2\n")), Some(Verdict::WrongAnswer));
         spec.expected_stdout = None;
         assert_eq!(spec.verdict(&ran(Status::Completed, Some(0), "1\n")), None);
+    }
+
+    #[test]
+    fn file_paths_stay_inside_the_working_directory() {
+        for good in ["a.txt", "dir/sub/b.py", "tests/test_x.py", "\u{e9}t\u{e9}.csv", ".hidden"] {
+            assert!(InputFile::check_path(good).is_ok(), "{good}");
+        }
+        for bad in ["", "/etc/passwd", "../x", "a/../b", "a//b", "./a", "a/", "a\\b", "a\nb", &"x".repeat(256)] {
+            assert!(InputFile::check_path(bad).is_err(), "{bad:?}");
+        }
+        let file = |content: &str, encoding| InputFile { path: "f".into(), content: content.into(), encoding };
+        assert_eq!(file("aGk=", FileEncoding::Base64).bytes(), Ok(b"hi".to_vec()));
+        assert_eq!(file("hi", FileEncoding::Utf8).bytes(), Ok(b"hi".to_vec()));
+        assert!(file("not base64!", FileEncoding::Base64).bytes().is_err());
     }
 
     #[test]

@@ -21,7 +21,7 @@ mod sign;
 mod time;
 
 pub use config::{ConfigError, env_or, env_required};
-pub use job::{Compare, JobSpec, Language, Outcome, Status, UnknownLanguage, Verdict};
+pub use job::{Compare, FileEncoding, InputFile, JobSpec, Language, Outcome, Status, UnknownLanguage, Verdict};
 pub use queue::{
     BatchJob, BatchRecord, Cancelled, Claimed, Enqueued, JobRecord, JobSummary, Queue, QueueError, Timings,
 };

@@ -145,3 +145,29 @@ async fn metrics_are_served_behind_the_token() {
         assert!(text.contains(name), "{name} missing:\n{text}");
     }
 }
+
+#[tokio::test]
+async fn args_files_and_verdicts_travel_through_the_api() {
+    let stack = Stack::start(&[]).await;
+    let api = &stack.api;
+    let (status, job) = api
+        .submit(
+            json!({
+                "language": "py",
+                "code": "import sys\nprint(open('in/x.csv').read().strip(), sys.argv[1:], open('b.bin', 'rb').read())",
+                "args": ["-v"],
+                "files": [
+                    { "path": "in/x.csv", "content": "a,b" },
+                    { "path": "b.bin", "content": "AAE=", "encoding": "base64" },
+                ],
+                "expected_stdout": "a,b ['-v'] b'\\x00\\x01'\n",
+            }),
+            Some(60),
+        )
+        .await;
+    assert_eq!((status, job["verdict"].as_str()), (200, Some("accepted")), "{job}");
+    let (status, error) =
+        api.submit(json!({ "language": "js", "code": "1", "files": [{ "path": "../x", "content": "" }] }), None).await;
+    assert_eq!((status, error["error"]["code"].as_str()), (400, Some("invalid_field")), "{error}");
+    assert!(error["error"]["message"].as_str().unwrap_or("").contains("\"../x\""), "names the path: {error}");
+}

@@ -105,6 +105,7 @@ Deno.permissions.revokeSync({ name: "read" });
 const job = awaitJob();
 // Pyodide has loaded Node's `process` already.
 hideHostDetails("file:///main.py", job.args ?? [], true);
+writeFiles(job.files ?? []);
 const stdin = readRest();
 let consumed = 0;
 pyodide.setStdin({
@@ -125,6 +126,19 @@ const status = result & 0xff;
 // after Python's heap really grew to half the cap or more is out of memory.
 if (result & ENDED_BY_MEMORY_ERROR && largestWasmMemory() >= halfCap) reportOutOfMemory(nonce);
 exit(status);
+
+/** Puts the job's files in Pyodide's in-memory file system, under the working directory. */
+function writeFiles(files) {
+  const FS = pyodide.FS;
+  for (const { path, content, encoding } of files) {
+    const bytes = encoding === "base64"
+      ? Uint8Array.from(atob(content), (c) => c.charCodeAt(0))
+      : new TextEncoder().encode(content);
+    const slash = path.lastIndexOf("/");
+    if (slash > 0) FS.mkdirTree(path.slice(0, slash));
+    FS.writeFile(path, bytes);
+  }
+}
 
 function largestWasmMemory() {
   let largest = 0;

@@ -12,15 +12,16 @@ use std::time::{Duration, Instant};
 
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
-use runbox_common::{JobSpec, Language, Outcome, Status};
+use runbox_common::{InputFile, JobSpec, Language, Outcome, Status};
 use serde::Serialize;
 use tempfile::TempDir;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::process::{Child, ChildStderr, ChildStdin, ChildStdout};
 use tokio_util::sync::CancellationToken;
 
+use super::command::{FILES_DIR, deno_command};
 use super::output::{Captured, capture};
-use super::{Sandbox, SandboxError, command::deno_command};
+use super::{Sandbox, SandboxError};
 
 /// Written by a harness once it is booted; see `runtime/harness/protocol.mjs`.
 const READY: &[u8] = b"\x06runbox-ready\n";
@@ -77,6 +78,7 @@ struct Frame<'a> {
     language: Language,
     code: &'a str,
     args: &'a [String],
+    files: &'a [InputFile],
     /// Authenticates the harness's out-of-memory marker; the program never sees it.
     nonce: &'a str,
     memory_mb: u32,
@@ -93,6 +95,10 @@ impl BootedChild {
     /// Starts a child for `language` and waits until its harness is ready.
     pub async fn boot(sandbox: &Sandbox, language: Language) -> Result<BootedChild, SandboxError> {
         let dir = private_dir("runbox-job-", sandbox)?;
+        if language != Language::Python {
+            // Made by the worker, so a child running as another uid cannot write in it.
+            std::fs::create_dir(dir.path().join(FILES_DIR))?;
+        }
         let seed = sandbox.cache_seed.as_ref().filter(|_| language == Language::Python);
         deno_dir(&dir.path().join("deno"), seed.map(|seed| seed.path().join("deno")).as_deref(), sandbox)?;
         let (child, stdin, stdout, stderr) = spawn_ready(sandbox, language, dir.path()).await?;
@@ -118,12 +124,28 @@ impl BootedChild {
     /// afterwards, whatever happened.
     pub async fn run(self, spec: &JobSpec, sandbox: &Sandbox, cancel: &CancellationToken) -> Outcome {
         let BootedChild { mut child, mut stdin, stdout, stderr, dir } = self;
+        // The api checks file paths; the worker does not trust it to.
+        if let Some(Err(e)) = spec.files.iter().map(|f| InputFile::check_path(&f.path)).find(Result::is_err) {
+            return Outcome::internal_error(format!("refused the job's files: {e}"));
+        }
+        // A JS program finds its files on disk; Python's go in the frame,
+        // into Pyodide's in-memory file system.
+        let on_disk = spec.language != Language::Python && !spec.files.is_empty();
+        if on_disk {
+            let (files, root) = (spec.files.clone(), dir.path().join(FILES_DIR));
+            let written = tokio::task::spawn_blocking(move || write_files(&root, &files)).await;
+            if let Err(e) = written.map_err(|e| e.to_string()).and_then(|r| r) {
+                return Outcome::internal_error(format!("could not write the job's files: {e}"));
+            }
+        }
+        let frame_files: &[InputFile] = if on_disk { &[] } else { &spec.files };
         let nonce = uuid::Uuid::new_v4().simple().to_string();
         // The frame names the job's language: one JS child serves JS and TS.
         let frame = Frame {
             language: spec.language,
             code: &spec.code,
             args: &spec.args,
+            files: frame_files,
             nonce: &nonce,
             memory_mb: sandbox.limits.memory_mb,
         };
@@ -230,7 +252,8 @@ pub async fn prime_cache(sandbox: &Sandbox) -> Result<TempDir, SandboxError> {
     let dir = private_dir("runbox-cache-", sandbox)?;
     for language in [Language::Python] {
         let (mut child, mut stdin, _stdout, _stderr) = spawn_ready(sandbox, language, dir.path()).await?;
-        let frame = Frame { language, code: "0", args: &[], nonce: "", memory_mb: sandbox.limits.memory_mb };
+        let frame =
+            Frame { language, code: "0", args: &[], files: &[], nonce: "", memory_mb: sandbox.limits.memory_mb };
         let frame = serde_json::to_vec(&frame).map_err(std::io::Error::other)?;
         stdin.write_all(format!("{}\n", frame.len()).as_bytes()).await?;
         stdin.write_all(&frame).await?;
@@ -259,6 +282,21 @@ fn private_dir(prefix: &str, sandbox: &Sandbox) -> std::io::Result<TempDir> {
 fn give_to_child(path: &Path, sandbox: &Sandbox) -> std::io::Result<()> {
     if let Some(uid) = sandbox.isolation.uid {
         nix::unistd::chown(path, Some(uid.into()), Some(nix::unistd::Gid::from_raw(uid)))?;
+    }
+    Ok(())
+}
+
+/// Writes `files` (their paths already checked) under `root`, read-only.
+fn write_files(root: &Path, files: &[InputFile]) -> Result<(), String> {
+    use std::os::unix::fs::PermissionsExt;
+    for file in files {
+        let bytes = file.bytes()?;
+        let path = root.join(&file.path);
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent).map_err(|e| format!("{}: {e}", file.path))?;
+        }
+        std::fs::write(&path, bytes).map_err(|e| format!("{}: {e}", file.path))?;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o444)).map_err(|e| e.to_string())?;
     }
     Ok(())
 }

@@ -1,6 +1,7 @@
 //! Builds the command line and process attributes of one Deno child.
 //!
-//! Every permission is denied by flag, and the "fetch code from outside"
+//! Every permission is denied by flag (a JS child may read its job's
+//! `files` directory, and nothing else), and the "fetch code from outside"
 //! paths that `--deny-net` does not cover (`npm:` and remote imports) are
 //! closed with `--no-npm --no-remote --cached-only --deny-import`, in both
 //! children: npm resolution would also switch off Deno's read check for
@@ -39,6 +40,10 @@ const DENY_ALL: &[&str] = &[
     "--deny-env",
 ];
 
+/// The directory, inside a JS child's job directory, that holds the job's
+/// `files`; the child's working directory and all it may read.
+pub const FILES_DIR: &str = "files";
+
 /// Open files a child may hold. Deno needs a few dozen for itself.
 const MAX_OPEN_FILES: u64 = 256;
 
@@ -65,7 +70,11 @@ pub fn deno_command(
     args.push(format!("--v8-flags=--max-old-space-size={}", limits.memory_mb).into());
     match language {
         Language::Javascript | Language::Typescript => {
-            args.push("--deny-read".into());
+            // The job's `files`, written there just before the program
+            // arrives, and nothing else.
+            let mut readable: OsString = "--allow-read=".into();
+            readable.push(dir.join(FILES_DIR));
+            args.push(readable);
             args.push(runtime.js_harness.clone().into());
         }
         Language::Python => {
@@ -83,10 +92,14 @@ pub fn deno_command(
         }
     }
 
+    let cwd = match language {
+        Language::Javascript | Language::Typescript => dir.join(FILES_DIR),
+        Language::Python => dir.to_owned(),
+    };
     let mut command = Command::new(&runtime.deno);
     command
         .args(args)
-        .current_dir(dir)
+        .current_dir(cwd)
         // Only what Deno itself needs, none of it secret. DENO_DIR is where
         // Deno keeps caches and web storage; one per child means nothing a
         // run stores there outlives it.

@@ -192,3 +192,46 @@ async fn python_reads_through_node_modules() {
         assert!(!outcome.stdout.contains(SECRET) && !outcome.stdout.contains("root:"), "{outcome:#?}");
     }
 }
+
+fn with_files(language: runbox_common::Language, code: &str) -> runbox_common::JobSpec {
+    use runbox_common::{FileEncoding, InputFile};
+    let mut job = spec(language, code);
+    job.files = vec![
+        InputFile { path: "data.txt".into(), content: "h\u{e9}llo\n".into(), encoding: FileEncoding::Utf8 },
+        InputFile { path: "nested/dir/bytes.bin".into(), content: "AP8B".into(), encoding: FileEncoding::Base64 },
+    ];
+    job
+}
+
+#[tokio::test]
+async fn js_reads_its_files_and_nothing_beside_them() {
+    let code = "console.log(Deno.readTextFileSync('data.txt').trim(), [...Deno.readFileSync('nested/dir/bytes.bin')].join(','));\n\
+                for (const path of ['../deno/location_data', '/etc/passwd']) {\n\
+                  try { Deno.readTextFileSync(path); console.log('read', path); } catch (e) { console.log(e.name); }\n\
+                }\n\
+                try { Deno.writeTextFileSync('data.txt', 'x'); } catch (e) { console.log(e.name); }";
+    let outcome = run_spec(&with_files(Js, code)).await;
+    assert_eq!(outcome.stdout, "h\u{e9}llo 0,255,1\nNotCapable\nNotCapable\nNotCapable\n", "{outcome:#?}");
+    let outcome =
+        run_spec(&with_files(Ts, "const t: string = Deno.readTextFileSync('data.txt'); console.log(t.length)")).await;
+    assert_eq!(outcome.stdout, "6\n", "{outcome:#?}");
+}
+
+#[tokio::test]
+async fn python_reads_its_files() {
+    let code = "print(open('data.txt').read().strip(), list(open('nested/dir/bytes.bin', 'rb').read()))";
+    let outcome = run_spec(&with_files(Py, code)).await;
+    assert_eq!(outcome.stdout, "h\u{e9}llo [0, 255, 1]\n", "{outcome:#?}");
+}
+
+#[tokio::test]
+async fn the_worker_refuses_file_paths_outside_the_working_directory() {
+    // The api refuses these too; the worker checks again.
+    for language in [Js, Py] {
+        let mut job = with_files(language, "1");
+        job.files[0].path = "../escape.txt".into();
+        let outcome = run_spec(&job).await;
+        assert_eq!(outcome.status, runbox_common::Status::InternalError, "{outcome:#?}");
+        assert!(outcome.stderr.contains("not a valid file path"), "{outcome:#?}");
+    }
+}
