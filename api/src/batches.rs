@@ -177,7 +177,8 @@ pub async fn results(
     let stream = futures_util::stream::unfold(Some((state, id, pending)), |progress| async move {
         let (state, id, mut pending) = progress?;
         loop {
-            if pending.is_empty() {
+            // On shutdown the stream ends early; the batch can be read again.
+            if pending.is_empty() || state.stopping.is_cancelled() {
                 return None;
             }
             let registration = state.waiters.register(&id);
@@ -208,6 +209,7 @@ pub async fn results(
             tokio::select! {
                 () = notified => {}
                 () = tokio::time::sleep(RECHECK_EVERY) => {}
+                () = state.stopping.cancelled() => {}
             }
         }
     });
@@ -265,13 +267,14 @@ async fn wait_for_batch(state: &AppState, id: &str, caller: &Caller, wait: Durat
         tokio::pin!(notified);
         notified.as_mut().enable();
         let batch = state.queue.get_batch(id).await?.filter(|b| b.owner == caller.0).ok_or(ApiError::NotFound)?;
-        if batch.done >= batch.job_ids.len() as u64 || Instant::now() >= deadline {
+        if batch.done >= batch.job_ids.len() as u64 || Instant::now() >= deadline || state.stopping.is_cancelled() {
             return Ok(batch);
         }
         let recheck = (Instant::now() + RECHECK_EVERY).min(deadline);
         tokio::select! {
             () = notified => {}
             () = tokio::time::sleep_until(recheck) => {}
+            () = state.stopping.cancelled() => {}
         }
     }
 }

@@ -186,13 +186,14 @@ async fn wait_for(state: &AppState, id: &str, wait: Duration) -> Result<Option<J
         notified.as_mut().enable();
         let record = state.queue.get(id).await?;
         let done = record.as_ref().is_none_or(is_final);
-        if done || Instant::now() >= deadline {
+        if done || Instant::now() >= deadline || state.stopping.is_cancelled() {
             return Ok(record);
         }
         let recheck = (Instant::now() + RECHECK_EVERY).min(deadline);
         tokio::select! {
             () = notified => {}
             () = tokio::time::sleep_until(recheck) => {}
+            () = state.stopping.cancelled() => {}
         }
     }
 }

@@ -43,6 +43,10 @@ use waiters::Waiters;
 /// A worker whose heartbeat is older than this is not reported as live.
 const WORKER_STALE_MS: u64 = 30_000;
 
+/// After SIGTERM, how long requests in flight may take before the api
+/// exits anyway. Long-polls answer at once with the current state.
+pub const SHUTDOWN_DEADLINE: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// What every handler shares.
 #[derive(Clone)]
 pub struct AppState {
@@ -50,6 +54,8 @@ pub struct AppState {
     queue: Queue,
     waiters: Arc<Waiters>,
     metrics: Arc<Metrics>,
+    /// Cancelled on shutdown: long-polls stop waiting and answer.
+    stopping: tokio_util::sync::CancellationToken,
 }
 
 impl AppState {
@@ -58,7 +64,13 @@ impl AppState {
         let queue = Queue::connect(&config.redis_url, &config.queue)?;
         let waiters = Arc::new(Waiters::default());
         tokio::spawn(waiters::listen(queue.clone(), waiters.clone()));
-        Ok(AppState { config: Arc::new(config), queue, waiters, metrics: Arc::new(Metrics::new()) })
+        Ok(AppState {
+            config: Arc::new(config),
+            queue,
+            waiters,
+            metrics: Arc::new(Metrics::new()),
+            stopping: tokio_util::sync::CancellationToken::new(),
+        })
     }
 }
 
@@ -90,8 +102,9 @@ pub fn app(state: AppState) -> Router {
         .with_state(state)
 }
 
-/// Serves the api on `listener` until `shutdown` resolves, then finishes
-/// the requests in flight.
+/// Serves the api on `listener` until `shutdown` resolves, then stops
+/// accepting, answers long-polls with the current state, and gives the
+/// requests in flight up to [`SHUTDOWN_DEADLINE`] to finish.
 pub async fn run(
     config: ApiConfig,
     listener: tokio::net::TcpListener,
@@ -102,7 +115,23 @@ pub async fn run(
         tracing::warn!(error = %e, "redis is not reachable yet; /readyz will say so until it is");
     }
     tracing::info!(addr = %listener.local_addr()?, "api listening");
-    axum::serve(listener, app(state)).with_graceful_shutdown(shutdown).await
+    let stopping = state.stopping.clone();
+    tokio::spawn({
+        let stopping = stopping.clone();
+        async move {
+            shutdown.await;
+            tracing::info!("shutting down: answering long-polls, finishing requests");
+            stopping.cancel();
+        }
+    });
+    let server = axum::serve(listener, app(state)).with_graceful_shutdown(stopping.clone().cancelled_owned());
+    tokio::select! {
+        served = server => served,
+        () = async { stopping.cancelled().await; tokio::time::sleep(SHUTDOWN_DEADLINE).await } => {
+            tracing::warn!(deadline = ?SHUTDOWN_DEADLINE, "requests still open at the shutdown deadline; closing them");
+            Ok(())
+        }
+    }
 }
 
 async fn readyz(State(state): State<AppState>) -> impl IntoResponse {

@@ -186,3 +186,27 @@ async fn api_and_worker_started_before_redis_wait_for_it() {
     assert_eq!((status, job["stdout"].as_str()), (200, Some("late\n")), "{job}\n{}", worker.logs());
     worker.wait_for_log("redis reachable again", Duration::from_secs(5)).await;
 }
+
+#[tokio::test]
+async fn api_sigterm_answers_long_polls_and_exits() {
+    // No worker: the job stays queued, and a long-poll on it would hold
+    // the api open for its whole minute.
+    let redis = Redis::start().await;
+    let mut api = Api::start(&redis, &[]).await;
+    let (_, job) = api.submit(json!({ "language": "js", "code": "1" }), None).await;
+    let url = api.url(&format!("/v1/jobs/{}?wait=60", job["id"].as_str().expect("id")));
+    let http = api.http.clone();
+    let poll = tokio::spawn(async move {
+        let response = http.get(url).bearer_auth(ALICE).send().await.expect("long-poll");
+        let status = response.status().as_u16();
+        (status, response.json::<serde_json::Value>().await.unwrap_or_default(), Instant::now())
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let signalled = Instant::now();
+    api.process.signal(Signal::SIGTERM);
+    let (status, body, answered) = poll.await.expect("poll task");
+    assert_eq!((status, body["status"].as_str()), (200, Some("queued")), "{body}");
+    assert!(answered - signalled < Duration::from_secs(3), "answered {:?} after SIGTERM", answered - signalled);
+    let exit = api.process.wait(Duration::from_secs(5)).await;
+    assert!(exit.success(), "{exit:?}\n{}", api.process.logs());
+}
