@@ -570,6 +570,16 @@ impl Queue {
         })
     }
 
+    /// For each of `ids`, whether a cancel was requested while it ran.
+    pub async fn cancel_requested(&self, ids: &[String]) -> Result<Vec<bool>, QueueError> {
+        let mut pipe = redis::pipe();
+        for id in ids {
+            pipe.hget(keys::job(id), "cancel");
+        }
+        let flags: Vec<Option<String>> = pipe.query_async(&mut self.conn.clone()).await?;
+        Ok(flags.into_iter().map(|flag| flag.as_deref() == Some("1")).collect())
+    }
+
     /// Reads job `id`, or None if it does not exist (or expired).
     pub async fn get(&self, id: &str) -> Result<Option<JobRecord>, QueueError> {
         let fields: std::collections::HashMap<String, String> = self.conn.clone().hgetall(keys::job(id)).await?;

@@ -51,3 +51,20 @@ async fn queued_job_never_runs() {
     assert!(job["started_at"].is_null(), "{job}");
     assert!(!worker.logs().contains(&id), "the worker touched the cancelled job");
 }
+
+#[tokio::test]
+async fn a_cancel_whose_message_was_lost_still_kills_the_job() {
+    // The flag DELETE sets, without the message it publishes: as when the
+    // message went out while the worker's subscription was down.
+    let redis = Redis::start().await;
+    let api = Api::start(&redis, &[]).await;
+    let _worker = start_worker(&redis, &[]).await;
+    let (_, job) = api.submit(json!({ "language": "js", "code": "for (;;) {}", "timeout_ms": 9000 }), None).await;
+    let id = job["id"].as_str().unwrap_or_else(|| panic!("{job}"));
+    api.until_status(id, "running", Duration::from_secs(30)).await;
+    let started = Instant::now();
+    let _: i64 = redis.cmd(redis::cmd("HSET").arg(format!("runbox:job:{id}")).arg("cancel").arg("1")).await;
+    let job = api.until_status(id, "cancelled", Duration::from_secs(10)).await;
+    assert!(started.elapsed() < Duration::from_secs(5), "took {:?}", started.elapsed());
+    assert!(job["exit_code"].is_null(), "{job}");
+}

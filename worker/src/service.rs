@@ -169,6 +169,29 @@ async fn intake(worker: Arc<Worker>, claims: Queue, stop: CancellationToken, tas
 }
 
 impl Worker {
+    /// Kills the child of job `id`, if it runs here.
+    fn cancel_running(&self, id: &str) {
+        if let Some(token) = self.running.lock().unwrap_or_else(|p| p.into_inner()).get(id) {
+            info!(%id, "cancel requested: killing the job");
+            token.cancel();
+        }
+    }
+
+    /// Reads the cancel flag of every job running here and kills the flagged.
+    async fn recheck_cancels(&self) {
+        let ids: Vec<String> = self.running.lock().unwrap_or_else(|p| p.into_inner()).keys().cloned().collect();
+        if ids.is_empty() {
+            return;
+        }
+        match self.queue.cancel_requested(&ids).await {
+            Ok(flags) => ids.iter().zip(flags).filter(|(_, flag)| *flag).for_each(|(id, _)| self.cancel_running(id)),
+            Err(e) => {
+                self.metrics.redis_errors.inc();
+                warn!(error = %e, "could not read cancel flags");
+            }
+        }
+    }
+
     async fn handle(self: Arc<Self>, entry: Claimed, permit: OwnedSemaphorePermit) {
         let span = info_span!("job", id = %entry.id, language = tracing::field::Empty, status = tracing::field::Empty, duration_ms = tracing::field::Empty);
         async move {
@@ -339,7 +362,13 @@ async fn heartbeat(worker: Arc<Worker>, stop: CancellationToken, first: tokio::s
     }
 }
 
+/// How often running jobs' cancel flags are read, in case a message on the
+/// cancel channel was missed (published while the subscription was down).
+const CANCEL_RECHECK: Duration = Duration::from_secs(2);
+
 /// Kills the child of each job named on the cancel channel, if it runs here.
+/// After every (re)subscription, and every [`CANCEL_RECHECK`], it also reads
+/// the cancel flags of the jobs running here, so no cancel is lost.
 async fn listen_for_cancels(worker: Arc<Worker>, stop: CancellationToken) {
     let mut backoff = Backoff::new();
     while !stop.is_cancelled() {
@@ -358,17 +387,19 @@ async fn listen_for_cancels(worker: Arc<Worker>, stop: CancellationToken) {
             }
         };
         let mut messages = pubsub.on_message();
+        let mut recheck = tokio::time::interval(CANCEL_RECHECK);
         loop {
             let message = tokio::select! {
                 message = messages.next() => message,
+                _ = recheck.tick() => {
+                    worker.recheck_cancels().await;
+                    continue;
+                }
                 () = stop.cancelled() => return,
             };
             let Some(message) = message else { break };
             let Ok(id) = message.get_payload::<String>() else { continue };
-            if let Some(token) = worker.running.lock().unwrap_or_else(|p| p.into_inner()).get(&id) {
-                info!(%id, "cancel requested: killing the job");
-                token.cancel();
-            }
+            worker.cancel_running(&id);
         }
         warn!("cancel subscription lost; reconnecting");
     }
