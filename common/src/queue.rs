@@ -449,6 +449,24 @@ impl Queue {
         Ok(claimed)
     }
 
+    /// Resets the idle time of `entries`, which `consumer` holds, so that
+    /// [`Queue::reclaim`] leaves them alone while their worker lives.
+    pub async fn keep_claimed(&self, consumer: &str, entries: &[String]) -> Result<(), QueueError> {
+        if entries.is_empty() {
+            return Ok(());
+        }
+        let _: Value = redis::cmd("XCLAIM")
+            .arg(&self.stream)
+            .arg(keys::GROUP)
+            .arg(consumer)
+            .arg(0)
+            .arg(entries)
+            .arg("JUSTID")
+            .query_async(&mut self.conn.clone())
+            .await?;
+        Ok(())
+    }
+
     /// Takes over up to `count` entries that have been pending longer than
     /// `min_idle` (their worker died or hung), for `consumer`.
     pub async fn reclaim(&self, consumer: &str, min_idle: Duration, count: usize) -> Result<Vec<Claimed>, QueueError> {

@@ -10,7 +10,7 @@ use crate::util::*;
 
 /// Settings that make a silent worker's jobs reclaimable within seconds.
 const FAST_RECLAIM: &[(&str, &str)] =
-    &[("RUNBOX_MAX_TIMEOUT_MS", "4000"), ("RUNBOX_DEFAULT_TIMEOUT_MS", "4000"), ("RUNBOX_RECLAIM_IDLE_MS", "3000")];
+    &[("RUNBOX_MAX_TIMEOUT_MS", "4000"), ("RUNBOX_DEFAULT_TIMEOUT_MS", "4000"), ("RUNBOX_RECLAIM_IDLE_MS", "5000")];
 
 const SLOW_JOB: &str = "await new Promise((r) => setTimeout(r, 1500)); console.log('finished')";
 
@@ -209,4 +209,52 @@ async fn api_sigterm_answers_long_polls_and_exits() {
     assert!(answered - signalled < Duration::from_secs(3), "answered {:?} after SIGTERM", answered - signalled);
     let exit = api.process.wait(Duration::from_secs(5)).await;
     assert!(exit.success(), "{exit:?}\n{}", api.process.logs());
+}
+
+async fn job_worker(redis: &Redis, id: &str) -> Option<String> {
+    redis.cmd(redis::cmd("HGET").arg(format!("runbox:job:{id}")).arg("worker")).await
+}
+
+#[tokio::test]
+async fn a_killed_workers_job_runs_elsewhere_within_15_seconds() {
+    // Default takeover settings, two live workers; the one running the job dies.
+    let redis = Redis::start().await;
+    let api = Api::start(&redis, &[]).await;
+    let mut a = start_worker(&redis, &[("RUNBOX_WORKER_NAME", "worker-a")]).await;
+    let mut b = start_worker(&redis, &[("RUNBOX_WORKER_NAME", "worker-b")]).await;
+    let code = "await new Promise((r) => setTimeout(r, 6000)); console.log('finished')";
+    let (_, job) = api.submit(json!({ "language": "js", "code": code, "timeout_ms": 9000 }), None).await;
+    let id = job["id"].as_str().expect("id").to_owned();
+    api.until_status(&id, "running", Duration::from_secs(30)).await;
+    let first = job_worker(&redis, &id).await.expect("a worker runs it");
+    let (victim, survivor) = if first == "worker-a" { (&mut a, &b) } else { (&mut b, &a) };
+    victim.signal(Signal::SIGKILL);
+    victim.wait(Duration::from_secs(5)).await;
+    let died = Instant::now();
+    while job_worker(&redis, &id).await.as_deref() == Some(first.as_str()) {
+        assert!(died.elapsed() < Duration::from_secs(15), "not taken over 15 s after its worker died");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let job = api.until_status(&id, "completed", Duration::from_secs(20)).await;
+    assert_eq!(job["stdout"], "finished\n");
+    survivor.wait_for_log("took over jobs from a worker that stopped answering", Duration::from_secs(1)).await;
+}
+
+#[tokio::test]
+async fn a_live_workers_long_job_is_never_taken_over() {
+    // The job runs longer than the takeover idle time; its worker's
+    // heartbeats keep it claimed, so the other worker leaves it alone.
+    let redis = Redis::start().await;
+    let api = Api::start(&redis, &[]).await;
+    let env = [("RUNBOX_RECLAIM_IDLE_MS", "5000")];
+    let a = start_worker(&redis, &env).await;
+    let b = start_worker(&redis, &env).await;
+    let code = "await new Promise((r) => setTimeout(r, 8000)); console.log('once')";
+    let (_, job) = api.submit(json!({ "language": "js", "code": code, "timeout_ms": 9500 }), None).await;
+    let id = job["id"].as_str().expect("id").to_owned();
+    let job = api.until_status(&id, "completed", Duration::from_secs(30)).await;
+    assert_eq!(job["stdout"], "once\n");
+    for worker in [&a, &b] {
+        assert!(!worker.logs().contains("took over jobs"), "a live worker's job was taken over:\n{}", worker.logs());
+    }
 }

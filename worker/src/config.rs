@@ -71,9 +71,8 @@ pub struct WorkerConfig {
     pub result_ttl: Duration,
     /// `RUNBOX_MAX_DELIVERIES`: deliveries after which a job is `worker_lost`.
     pub max_deliveries: u64,
-    /// `RUNBOX_RECLAIM_IDLE_MS`: how long an entry may sit with a silent
-    /// worker before another takes it. Defaults to the longest timeout plus
-    /// 30 s, so a job still running is never taken from a live worker.
+    /// `RUNBOX_RECLAIM_IDLE_MS`: how long an entry may go without its
+    /// worker's heartbeat (every 2 s) before another worker takes it over.
     pub reclaim_idle: Duration,
     /// `RUNBOX_SHUTDOWN_GRACE_MS`: on SIGTERM, how long running jobs may
     /// finish before they are killed and left for another worker.
@@ -97,7 +96,6 @@ impl WorkerConfig {
                 reason: "must be at least 1".into(),
             });
         }
-        let default_idle = sandbox.limits.max_timeout + Duration::from_secs(30);
         let host =
             nix::unistd::gethostname().ok().and_then(|h| h.into_string().ok()).unwrap_or_else(|| "worker".into());
         let suffix = uuid::Uuid::new_v4().simple().to_string();
@@ -112,7 +110,7 @@ impl WorkerConfig {
             concurrency,
             result_ttl: Duration::from_secs(env_or("RUNBOX_RESULT_TTL_S", 3600)?),
             max_deliveries: env_or("RUNBOX_MAX_DELIVERIES", 3)?,
-            reclaim_idle: Duration::from_millis(env_or("RUNBOX_RECLAIM_IDLE_MS", millis(default_idle))?),
+            reclaim_idle: Duration::from_millis(env_or("RUNBOX_RECLAIM_IDLE_MS", 10_000)?),
             shutdown_grace: Duration::from_millis(env_or("RUNBOX_SHUTDOWN_GRACE_MS", 30_000)?),
             pool: PoolConfig::from_env(concurrency)?,
             metrics_port: match std::env::var("RUNBOX_METRICS_PORT") {

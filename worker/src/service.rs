@@ -31,11 +31,19 @@ use crate::{Sandbox, WorkerConfig};
 /// How long one claim blocks in Redis; also the longest SIGTERM waits for it.
 const CLAIM_BLOCK: Duration = Duration::from_secs(1);
 /// How often the intake loop looks for entries left by dead workers.
-const RECLAIM_EVERY: Duration = Duration::from_secs(5);
-const HEARTBEAT_EVERY: Duration = Duration::from_secs(10);
+const RECLAIM_EVERY: Duration = Duration::from_secs(2);
+/// How often a worker says it is alive and keeps its entries claimed: an
+/// entry idle for `RUNBOX_RECLAIM_IDLE_MS` belongs to a dead worker.
+pub const HEARTBEAT_EVERY: Duration = Duration::from_secs(2);
 
-/// Running jobs by id, so a cancel request can reach its child.
-type Running = Arc<Mutex<HashMap<String, CancellationToken>>>;
+/// The jobs this worker holds, by id: their stream entries, kept claimed
+/// on every heartbeat, and how to kill their children on a cancel.
+type Running = Arc<Mutex<HashMap<String, RunningJob>>>;
+
+struct RunningJob {
+    entry: String,
+    cancel: CancellationToken,
+}
 
 struct Worker {
     config: WorkerConfig,
@@ -171,9 +179,9 @@ async fn intake(worker: Arc<Worker>, claims: Queue, stop: CancellationToken, tas
 impl Worker {
     /// Kills the child of job `id`, if it runs here.
     fn cancel_running(&self, id: &str) {
-        if let Some(token) = self.running.lock().unwrap_or_else(|p| p.into_inner()).get(id) {
+        if let Some(job) = self.running.lock().unwrap_or_else(|p| p.into_inner()).get(id) {
             info!(%id, "cancel requested: killing the job");
-            token.cancel();
+            job.cancel.cancel();
         }
     }
 
@@ -234,7 +242,8 @@ impl Worker {
         // Registered before the job is marked running, so a cancel that
         // arrives the moment it is running finds it.
         let cancel = self.kill.child_token();
-        self.running.lock().unwrap_or_else(|p| p.into_inner()).insert(entry.id.clone(), cancel.clone());
+        let job = RunningJob { entry: entry.entry.clone(), cancel: cancel.clone() };
+        self.running.lock().unwrap_or_else(|p| p.into_inner()).insert(entry.id.clone(), job);
         let ran = self.start_and_run(entry, &spec, &cancel).await;
         self.running.lock().unwrap_or_else(|p| p.into_inner()).remove(&entry.id);
         if self.kill.is_cancelled() {
@@ -351,6 +360,14 @@ async fn heartbeat(worker: Arc<Worker>, stop: CancellationToken, first: tokio::s
         {
             worker.metrics.redis_errors.inc();
             warn!(error = %e, "could not send heartbeat");
+        }
+        // Resets the idle time of every entry held here, so no live worker's
+        // job is ever taken over, however long it runs.
+        let entries: Vec<String> =
+            worker.running.lock().unwrap_or_else(|p| p.into_inner()).values().map(|job| job.entry.clone()).collect();
+        if let Err(e) = worker.queue.keep_claimed(&worker.config.name, &entries).await {
+            worker.metrics.redis_errors.inc();
+            warn!(error = %e, "could not keep running jobs claimed");
         }
         if let Some(first) = first.take() {
             let _ = first.send(());
