@@ -675,6 +675,46 @@ impl Queue {
         Ok(())
     }
 
+    /// Forgets every worker whose last heartbeat (`seen_at_ms` in what it
+    /// reported) is older than `dead_before_ms` and that holds no entry:
+    /// its consumer leaves the group and its entry the workers hash. One
+    /// that still holds entries is left until they are taken over.
+    pub async fn forget_dead_workers(&self, dead_before_ms: u64) -> Result<Vec<String>, QueueError> {
+        let all: std::collections::HashMap<String, String> = self.conn.clone().hgetall(keys::WORKERS).await?;
+        let mut forgotten = Vec::new();
+        for (name, info) in all {
+            let seen = serde_json::from_str::<serde_json::Value>(&info)
+                .ok()
+                .and_then(|info| info.get("seen_at_ms").and_then(serde_json::Value::as_u64))
+                .unwrap_or(0);
+            if seen >= dead_before_ms {
+                continue;
+            }
+            let pending: Value = redis::cmd("XPENDING")
+                .arg(&self.stream)
+                .arg(keys::GROUP)
+                .arg("-")
+                .arg("+")
+                .arg(1)
+                .arg(&name)
+                .query_async(&mut self.conn.clone())
+                .await?;
+            if matches!(&pending, Value::Array(rows) if !rows.is_empty()) {
+                continue;
+            }
+            let _: Value = redis::cmd("XGROUP")
+                .arg("DELCONSUMER")
+                .arg(&self.stream)
+                .arg(keys::GROUP)
+                .arg(&name)
+                .query_async(&mut self.conn.clone())
+                .await?;
+            let _: i64 = self.conn.clone().hdel(keys::WORKERS, &name).await?;
+            forgotten.push(name);
+        }
+        Ok(forgotten)
+    }
+
     /// What every registered worker last reported.
     pub async fn workers(&self) -> Result<Vec<String>, QueueError> {
         let all: std::collections::HashMap<String, String> = self.conn.clone().hgetall(keys::WORKERS).await?;

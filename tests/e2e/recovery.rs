@@ -258,3 +258,54 @@ async fn a_live_workers_long_job_is_never_taken_over() {
         assert!(!worker.logs().contains("took over jobs"), "a live worker's job was taken over:\n{}", worker.logs());
     }
 }
+
+#[tokio::test]
+async fn a_dead_worker_is_forgotten_once_its_jobs_are_taken_over() {
+    let redis = Redis::start().await;
+    let api = Api::start(&redis, &[]).await;
+    let idle = ("RUNBOX_RECLAIM_IDLE_MS", "2000");
+    let mut dead = start_worker(&redis, &[("RUNBOX_WORKER_NAME", "worker-dead"), idle]).await;
+    let code = "await new Promise((r) => setTimeout(r, 3000)); console.log('done')";
+    let (_, job) = api.submit(json!({ "language": "js", "code": code, "timeout_ms": 9000 }), None).await;
+    let id = job["id"].as_str().expect("id").to_owned();
+    api.until_status(&id, "running", Duration::from_secs(30)).await;
+    let consumers = || async {
+        let reply: redis::Value =
+            redis.cmd(redis::cmd("XINFO").arg("CONSUMERS").arg("runbox:default:jobs").arg("workers")).await;
+        consumer_names(reply)
+    };
+    assert!(consumers().await.iter().any(|name| name == "worker-dead"), "it holds the job");
+    dead.signal(Signal::SIGKILL);
+    dead.wait(Duration::from_secs(5)).await;
+
+    let alive_worker = start_worker(&redis, &[("RUNBOX_WORKER_NAME", "worker-alive"), idle]).await;
+    api.until_status(&id, "completed", Duration::from_secs(30)).await;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let known: bool = redis.cmd(redis::cmd("HEXISTS").arg("runbox:workers").arg("worker-dead")).await;
+        let listed = consumers().await.iter().any(|name| name == "worker-dead");
+        if !known && !listed {
+            break;
+        }
+        assert!(Instant::now() < deadline, "still known: hash {known}, group {listed}\n{}", alive_worker.logs());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let alive: bool = redis.cmd(redis::cmd("HEXISTS").arg("runbox:workers").arg("worker-alive")).await;
+    assert!(alive, "the live worker stays");
+}
+
+/// The names in an `XINFO CONSUMERS` reply.
+fn consumer_names(reply: redis::Value) -> Vec<String> {
+    let redis::Value::Array(consumers) = reply else { return Vec::new() };
+    consumers
+        .into_iter()
+        .filter_map(|consumer| {
+            let redis::Value::Array(fields) = consumer else { return None };
+            let at = fields.iter().position(|f| matches!(f, redis::Value::BulkString(b) if b == b"name"))?;
+            match fields.get(at + 1)? {
+                redis::Value::BulkString(name) => Some(String::from_utf8_lossy(name).into_owned()),
+                _ => None,
+            }
+        })
+        .collect()
+}

@@ -361,6 +361,16 @@ async fn heartbeat(worker: Arc<Worker>, stop: CancellationToken, first: tokio::s
             worker.metrics.redis_errors.inc();
             warn!(error = %e, "could not send heartbeat");
         }
+        // Workers silent for three takeover periods are gone for good.
+        let dead_before = now_unix_ms().saturating_sub(3 * millis(worker.config.reclaim_idle));
+        match worker.queue.forget_dead_workers(dead_before).await {
+            Ok(forgotten) if !forgotten.is_empty() => info!(?forgotten, "forgot workers that stopped answering"),
+            Ok(_) => {}
+            Err(e) => {
+                worker.metrics.redis_errors.inc();
+                warn!(error = %e, "could not clean up dead workers");
+            }
+        }
         // Resets the idle time of every entry held here, so no live worker's
         // job is ever taken over, however long it runs.
         let entries: Vec<String> =
@@ -420,6 +430,10 @@ async fn listen_for_cancels(worker: Arc<Worker>, stop: CancellationToken) {
         }
         warn!("cancel subscription lost; reconnecting");
     }
+}
+
+fn millis(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
 }
 
 /// Exponential backoff from 100 ms up to 5 s.
