@@ -19,7 +19,7 @@ use axum::extract::rejection::BytesRejection;
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use runbox_common::{BatchJob, BatchRecord, Enqueued, now_rfc3339};
+use runbox_common::{BatchJob, BatchRecord, Enqueued, Idempotency, now_rfc3339};
 use serde::Serialize;
 use serde_json::{Map, Value, json};
 use tokio::time::Instant;
@@ -27,7 +27,7 @@ use tokio::time::Instant;
 use crate::AppState;
 use crate::auth::Caller;
 use crate::error::{ApiError, BatchItemError};
-use crate::jobs::{CANCEL_CONFIRM, JobView, RECHECK_EVERY, json_body};
+use crate::jobs::{CANCEL_CONFIRM, JobView, RECHECK_EVERY, idempotency_key, json_body};
 use crate::validate;
 
 /// Fields a batch may have.
@@ -115,19 +115,29 @@ pub async fn submit(
         let signature = state.config.signing_key.sign(&id, &payload);
         jobs.push(BatchJob { id, language: spec.language.as_str().to_owned(), payload, signature });
     }
+    let idempotency = idempotency_key(&headers)?.map(|key| Idempotency { key, ttl: limits.result_ttl });
     let enqueued = state
         .queue
-        .enqueue_batch(&batch_id, &caller.0, &now_rfc3339(), &jobs, stop_on_failure, limits.max_queue)
+        .enqueue_batch(&batch_id, &caller.0, &now_rfc3339(), &jobs, stop_on_failure, limits.max_queue, idempotency)
         .await?;
-    if enqueued == Enqueued::Full {
-        state.metrics.queue_full.inc();
-        return Err(ApiError::QueueFull);
-    }
-    for spec in &specs {
-        state.metrics.jobs_submitted.with_label_values(&[spec.language.as_str()]).inc();
-    }
-    tracing::info!(id = %batch_id, jobs = jobs.len(), "batch queued");
-    let job_ids: Vec<&str> = jobs.iter().map(|j| j.id.as_str()).collect();
+    let (batch_id, job_ids) = match enqueued {
+        Enqueued::Accepted => {
+            for spec in &specs {
+                state.metrics.jobs_submitted.with_label_values(&[spec.language.as_str()]).inc();
+            }
+            tracing::info!(id = %batch_id, jobs = jobs.len(), "batch queued");
+            (batch_id, jobs.into_iter().map(|j| j.id).collect())
+        }
+        Enqueued::Full => {
+            state.metrics.queue_full.inc();
+            return Err(ApiError::QueueFull);
+        }
+        Enqueued::Duplicate(first) => {
+            tracing::info!(id = %first, "idempotency key reused: answering with the first batch");
+            let job_ids = state.queue.get_batch(&first).await?.map(|b| b.job_ids).unwrap_or_default();
+            (first, job_ids)
+        }
+    };
     Ok((StatusCode::ACCEPTED, Json(json!({ "id": batch_id, "job_ids": job_ids }))).into_response())
 }
 

@@ -9,7 +9,7 @@ use axum::extract::rejection::BytesRejection;
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use runbox_common::{Enqueued, JobRecord, Status, Timings, Verdict, now_rfc3339};
+use runbox_common::{Enqueued, Idempotency, JobRecord, Status, Timings, Verdict, now_rfc3339};
 use serde::Serialize;
 use serde_json::json;
 use tokio::time::Instant;
@@ -70,6 +70,22 @@ impl From<JobRecord> for JobView {
     }
 }
 
+/// Longest `Idempotency-Key` accepted.
+const MAX_IDEMPOTENCY_KEY: usize = 255;
+
+/// The request's `Idempotency-Key`, if any: 1 to 255 printable ASCII characters.
+pub(crate) fn idempotency_key(headers: &HeaderMap) -> Result<Option<&str>, ApiError> {
+    let Some(value) = headers.get("idempotency-key") else { return Ok(None) };
+    match value.to_str() {
+        Ok(key) if !key.is_empty() && key.len() <= MAX_IDEMPOTENCY_KEY && key.bytes().all(|b| b.is_ascii_graphic()) => {
+            Ok(Some(key))
+        }
+        _ => Err(ApiError::InvalidField(format!(
+            "Idempotency-Key must be 1 to {MAX_IDEMPOTENCY_KEY} printable ASCII characters without spaces"
+        ))),
+    }
+}
+
 /// The body of a JSON request, or the error that says what is wrong with it.
 pub(crate) fn json_body(
     headers: &HeaderMap,
@@ -108,6 +124,8 @@ pub async fn submit(
     let id = uuid::Uuid::new_v4().to_string();
     let payload = serde_json::to_string(&spec).map_err(|e| ApiError::InvalidJson(e.to_string()))?;
     let signature = state.config.signing_key.sign(&id, &payload);
+    let key = idempotency_key(&headers)?;
+    let idempotency = key.map(|key| Idempotency { key, ttl: state.config.limits.result_ttl });
     let enqueued = state
         .queue
         .enqueue(
@@ -118,17 +136,29 @@ pub async fn submit(
             &signature,
             state.config.limits.max_queue,
             &now_rfc3339(),
+            idempotency,
         )
         .await?;
-    if enqueued == Enqueued::Full {
-        state.metrics.queue_full.inc();
-        return Err(ApiError::QueueFull);
-    }
-    state.metrics.jobs_submitted.with_label_values(&[spec.language.as_str()]).inc();
-    tracing::info!(%id, language = %spec.language, "job queued");
+    let duplicate = matches!(enqueued, Enqueued::Duplicate(_));
+    let id = match enqueued {
+        Enqueued::Accepted => {
+            state.metrics.jobs_submitted.with_label_values(&[spec.language.as_str()]).inc();
+            tracing::info!(%id, language = %spec.language, "job queued");
+            id
+        }
+        Enqueued::Full => {
+            state.metrics.queue_full.inc();
+            return Err(ApiError::QueueFull);
+        }
+        Enqueued::Duplicate(first) => {
+            tracing::info!(id = %first, "idempotency key reused: answering with the first job");
+            first
+        }
+    };
 
+    // A retried request answers with the first job as it is now.
     let mut status = Status::Queued.as_str().to_owned();
-    if wait > 0
+    if (wait > 0 || duplicate)
         && let Some(record) = wait_for(&state, &id, Duration::from_secs(wait)).await?
     {
         if is_final(&record) {

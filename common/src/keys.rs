@@ -35,3 +35,9 @@ pub const BATCH_PREFIX: &str = "runbox:batch:";
 pub fn batch(id: &str) -> String {
     format!("{BATCH_PREFIX}{id}")
 }
+
+/// Remembers which job or batch (`kind`) an `Idempotency-Key` of `owner`
+/// created.
+pub fn idempotency(kind: &str, owner: &str, key: &str) -> String {
+    format!("runbox:idempotency:{kind}:{owner}:{key}")
+}

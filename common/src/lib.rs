@@ -23,7 +23,7 @@ mod time;
 pub use config::{ConfigError, env_or, env_required};
 pub use job::{Compare, FileEncoding, InputFile, JobSpec, Language, Outcome, Status, UnknownLanguage, Verdict};
 pub use queue::{
-    BatchJob, BatchRecord, Cancelled, Claimed, Enqueued, JobRecord, JobSummary, Queue, QueueError, Timings,
+    BatchJob, BatchRecord, Cancelled, Claimed, Enqueued, Idempotency, JobRecord, JobSummary, Queue, QueueError, Timings,
 };
 pub use sign::{MIN_SIGNING_KEY_BYTES, SigningKey};
 pub use time::{now_rfc3339, now_unix_ms};

@@ -43,6 +43,16 @@ pub enum Enqueued {
     Accepted,
     /// Queued plus running jobs already reached the cap.
     Full,
+    /// The idempotency key was used before, for this job or batch id;
+    /// nothing new was queued.
+    Duplicate(String),
+}
+
+/// An `Idempotency-Key` and how long to remember it.
+#[derive(Debug, Clone, Copy)]
+pub struct Idempotency<'a> {
+    pub key: &'a str,
+    pub ttl: Duration,
 }
 
 /// How a cancel request went.
@@ -139,8 +149,14 @@ pub struct Queue {
     stream: String,
 }
 
+// KEYS[3 + n], when given, is the idempotency key, as in ENQUEUE.
 const ENQUEUE_BATCH: &str = r"
 local n = tonumber(ARGV[6])
+local idempotency = KEYS[3 + n]
+if idempotency then
+  local prior = redis.call('GET', idempotency)
+  if prior then return prior end
+end
 if redis.call('XLEN', KEYS[1]) + n > tonumber(ARGV[1]) then return 0 end
 for i = 1, n do
   local at = 6 + (i - 1) * 4
@@ -150,6 +166,7 @@ for i = 1, n do
 end
 redis.call('HSET', KEYS[2], 'owner', ARGV[2], 'created_at', ARGV[3], 'size', n, 'done', 0, 'jobs', ARGV[5],
   'stop_on_failure', ARGV[7 + 4 * n])
+if idempotency then redis.call('SET', idempotency, ARGV[4], 'EX', ARGV[8 + 4 * n]) end
 return 1
 ";
 
@@ -188,12 +205,19 @@ local function stop_batch(key, batch_prefix, job_prefix, stream, group, finished
 end
 ";
 
+// KEYS[3], when given, is the idempotency key: a second use returns the
+// first job's id and queues nothing.
 const ENQUEUE: &str = r"
+if KEYS[3] then
+  local prior = redis.call('GET', KEYS[3])
+  if prior then return prior end
+end
 local depth = redis.call('XLEN', KEYS[1])
 if depth >= tonumber(ARGV[1]) then return 0 end
 local entry = redis.call('XADD', KEYS[1], '*', 'id', ARGV[2], 'payload', ARGV[3], 'sig', ARGV[4])
 redis.call('HSET', KEYS[2], 'status', 'queued', 'owner', ARGV[5], 'language', ARGV[6],
   'created_at', ARGV[7], 'entry', entry)
+if KEYS[3] then redis.call('SET', KEYS[3], ARGV[2], 'EX', ARGV[8]) end
 return 1
 ";
 
@@ -327,7 +351,8 @@ impl Queue {
         }
     }
 
-    /// Adds a job unless queued plus running jobs already reach `cap`.
+    /// Adds a job unless queued plus running jobs already reach `cap`, or
+    /// `idempotency`'s key was used before.
     #[allow(clippy::too_many_arguments)]
     pub async fn enqueue(
         &self,
@@ -338,24 +363,21 @@ impl Queue {
         signature: &str,
         cap: u64,
         created_at: &str,
+        idempotency: Option<Idempotency<'_>>,
     ) -> Result<Enqueued, QueueError> {
-        let accepted: i64 = ENQUEUE_SCRIPT
-            .key(&self.stream)
-            .key(keys::job(id))
-            .arg(cap)
-            .arg(id)
-            .arg(payload)
-            .arg(signature)
-            .arg(owner)
-            .arg(language)
-            .arg(created_at)
-            .invoke_async(&mut self.conn.clone())
-            .await?;
-        Ok(if accepted == 1 { Enqueued::Accepted } else { Enqueued::Full })
+        let mut invocation = ENQUEUE_SCRIPT.key(&self.stream);
+        invocation.key(keys::job(id));
+        if let Some(idempotency) = idempotency {
+            invocation.key(keys::idempotency("job", owner, idempotency.key));
+        }
+        invocation.arg(cap).arg(id).arg(payload).arg(signature).arg(owner).arg(language).arg(created_at);
+        invocation.arg(idempotency.map_or(0, |i| i.ttl.as_secs().max(1)));
+        enqueued(invocation.invoke_async(&mut self.conn.clone()).await?)
     }
 
     /// Adds all of `jobs` as batch `batch_id`, or none of them if queued
-    /// plus running jobs would pass `cap`.
+    /// plus running jobs would pass `cap` or `idempotency`'s key was used.
+    #[allow(clippy::too_many_arguments)]
     pub async fn enqueue_batch(
         &self,
         batch_id: &str,
@@ -364,6 +386,7 @@ impl Queue {
         jobs: &[BatchJob],
         stop_on_failure: bool,
         cap: u64,
+        idempotency: Option<Idempotency<'_>>,
     ) -> Result<Enqueued, QueueError> {
         let ids: Vec<&str> = jobs.iter().map(|j| j.id.as_str()).collect();
         let ids = serde_json::to_string(&ids).map_err(|e| QueueError::Protocol(e.to_string()))?;
@@ -372,13 +395,16 @@ impl Queue {
         for job in jobs {
             invocation.key(keys::job(&job.id));
         }
+        if let Some(idempotency) = idempotency {
+            invocation.key(keys::idempotency("batch", owner, idempotency.key));
+        }
         invocation.arg(cap).arg(owner).arg(created_at).arg(batch_id).arg(ids).arg(jobs.len());
         for job in jobs {
             invocation.arg(&job.id).arg(&job.payload).arg(&job.signature).arg(&job.language);
         }
         invocation.arg(if stop_on_failure { "1" } else { "0" });
-        let accepted: i64 = invocation.invoke_async(&mut self.conn.clone()).await?;
-        Ok(if accepted == 1 { Enqueued::Accepted } else { Enqueued::Full })
+        invocation.arg(idempotency.map_or(0, |i| i.ttl.as_secs().max(1)));
+        enqueued(invocation.invoke_async(&mut self.conn.clone()).await?)
     }
 
     /// Reads batch `id`, or None if it does not exist (or expired).
@@ -719,6 +745,17 @@ impl Queue {
     pub async fn workers(&self) -> Result<Vec<String>, QueueError> {
         let all: std::collections::HashMap<String, String> = self.conn.clone().hgetall(keys::WORKERS).await?;
         Ok(all.into_values().collect())
+    }
+}
+
+/// Reads an enqueue script's reply: 1, 0, or the id an idempotency key holds.
+fn enqueued(reply: Value) -> Result<Enqueued, QueueError> {
+    match reply {
+        Value::Int(1) => Ok(Enqueued::Accepted),
+        Value::Int(0) => Ok(Enqueued::Full),
+        other => as_string(&other)
+            .map(Enqueued::Duplicate)
+            .ok_or_else(|| QueueError::Protocol(format!("enqueue replied {other:?}"))),
     }
 }
 

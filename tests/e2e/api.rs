@@ -126,3 +126,37 @@ async fn api_refuses_to_start_without_tokens_or_key() {
         assert!(process.logs().contains(named), "error does not name {named}: {}", process.logs());
     }
 }
+
+#[tokio::test]
+async fn an_idempotency_key_makes_a_retry_return_the_first_job() {
+    let redis = Redis::start().await;
+    let api = Api::start(&redis, &[]).await;
+    let post = |path: &'static str, token: &'static str, key: &'static str, body: serde_json::Value| {
+        let request = api.http.post(api.url(path)).bearer_auth(token).header("Idempotency-Key", key).json(&body);
+        async move {
+            let response = request.send().await.expect("post");
+            let status = response.status().as_u16();
+            (status, response.json::<serde_json::Value>().await.unwrap_or_default())
+        }
+    };
+    let job = json!({ "language": "js", "code": "1" });
+    let (status, first) = post("/v1/jobs", ALICE, "retry-1", job.clone()).await;
+    assert_eq!(status, 202, "{first}");
+    let (status, again) = post("/v1/jobs", ALICE, "retry-1", job.clone()).await;
+    assert_eq!((status, &again["id"]), (202, &first["id"]), "{again}");
+    // Another token's key is its own; a new key is a new job.
+    let (_, bobs) = post("/v1/jobs", BOB, "retry-1", job.clone()).await;
+    assert_ne!(bobs["id"], first["id"]);
+    let (_, other) = post("/v1/jobs", ALICE, "retry-2", job.clone()).await;
+    assert_ne!(other["id"], first["id"]);
+    let depth: u64 = redis.cmd(redis::cmd("XLEN").arg("runbox:default:jobs")).await;
+    assert_eq!(depth, 3, "the retry queued nothing");
+
+    let batch = json!({ "jobs": [job.clone(), job.clone()] });
+    let (_, first) = post("/v1/batches", ALICE, "batch-1", batch.clone()).await;
+    let (status, again) = post("/v1/batches", ALICE, "batch-1", batch).await;
+    assert_eq!((status, &again["id"], &again["job_ids"]), (202, &first["id"], &first["job_ids"]), "{again}");
+
+    let (status, error) = post("/v1/jobs", ALICE, "has space", job).await;
+    assert_eq!((status, error["error"]["code"].as_str()), (400, Some("invalid_field")), "{error}");
+}
