@@ -61,7 +61,9 @@ async fn a_job_is_visible_only_to_its_token() {
 #[tokio::test]
 async fn every_bad_input_gets_a_json_4xx() {
     let redis = Redis::start().await;
-    let api = Api::start(&redis, &[("RUNBOX_MAX_CODE_BYTES", "1000"), ("RUNBOX_MAX_STDIN_BYTES", "1000")]).await;
+    let limits =
+        [("RUNBOX_MAX_CODE_BYTES", "1000"), ("RUNBOX_MAX_STDIN_BYTES", "1000"), ("RUNBOX_MAX_FILES_BYTES", "1000")];
+    let api = Api::start(&redis, &limits).await;
     // A fresh connection per request: the server may answer an oversized body
     // with 413 before reading it, and then closes that connection.
     let http = reqwest::Client::builder().pool_max_idle_per_host(0).build().expect("client");
