@@ -342,7 +342,12 @@ async fn heartbeat(worker: Arc<Worker>, stop: CancellationToken, first: tokio::s
     let mut first = Some(first);
     let sandbox = worker.runner.sandbox();
     let runtime = &sandbox.runtime;
-    let (deno, pyodide) = (runtime.deno_version(), runtime.pyodide_version());
+    // `deno --version` is a subprocess: not on the async threads.
+    let versions = {
+        let runtime = runtime.clone();
+        tokio::task::spawn_blocking(move || (runtime.deno_version(), runtime.pyodide_version()))
+    };
+    let (deno, pyodide) = versions.await.unwrap_or_default();
     loop {
         let info = WorkerInfo {
             name: &worker.config.name,

@@ -94,13 +94,12 @@ enum Ending {
 impl BootedChild {
     /// Starts a child for `language` and waits until its harness is ready.
     pub async fn boot(sandbox: &Sandbox, language: Language) -> Result<BootedChild, SandboxError> {
-        let dir = private_dir("runbox-job-", sandbox)?;
-        if language != Language::Python {
-            // Made by the worker, so a child running as another uid cannot write in it.
-            std::fs::create_dir(dir.path().join(FILES_DIR))?;
-        }
-        let seed = sandbox.cache_seed.as_ref().filter(|_| language == Language::Python);
-        deno_dir(&dir.path().join("deno"), seed.map(|seed| seed.path().join("deno")).as_deref(), sandbox)?;
+        // Copying the cache seed is blocking file-system work: not on the async threads.
+        let prepare = {
+            let sandbox = sandbox.clone();
+            tokio::task::spawn_blocking(move || job_dir(&sandbox, language))
+        };
+        let dir = prepare.await.map_err(std::io::Error::other)??;
         let (child, stdin, stdout, stderr) = spawn_ready(sandbox, language, dir.path()).await?;
         Ok(BootedChild { child, stdin, stdout, stderr, dir })
     }
@@ -264,6 +263,19 @@ pub async fn prime_cache(sandbox: &Sandbox) -> Result<TempDir, SandboxError> {
             return Err(SandboxError::Boot(format!("priming the {language} cache failed: {status:?}")));
         }
     }
+    Ok(dir)
+}
+
+/// A new job directory for a child of `language`: its `files` directory
+/// (JS) and its DENO_DIR.
+fn job_dir(sandbox: &Sandbox, language: Language) -> std::io::Result<TempDir> {
+    let dir = private_dir("runbox-job-", sandbox)?;
+    if language != Language::Python {
+        // Made by the worker, so a child running as another uid cannot write in it.
+        std::fs::create_dir(dir.path().join(FILES_DIR))?;
+    }
+    let seed = sandbox.cache_seed.as_ref().filter(|_| language == Language::Python);
+    deno_dir(&dir.path().join("deno"), seed.map(|seed| seed.path().join("deno")).as_deref(), sandbox)?;
     Ok(dir)
 }
 
