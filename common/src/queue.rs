@@ -183,23 +183,31 @@ local function batch_progress(job_key, prefix, ttl, channel)
 end
 ";
 
+// Ends a queued job as cancelled: it never runs. Shared by a cancel request
+// and by a batch that stops on its first failure.
+const CANCEL_QUEUED: &str = r"
+local function cancel_queued(job_key, id, stream, group, finished_at, result, ttl, channel, batch_prefix)
+  local entry = redis.call('HGET', job_key, 'entry')
+  redis.call('HSET', job_key, 'status', 'cancelled', 'finished_at', finished_at, 'result', result)
+  redis.call('EXPIRE', job_key, ttl)
+  if entry then
+    redis.call('XACK', stream, group, entry)
+    redis.call('XDEL', stream, entry)
+  end
+  redis.call('PUBLISH', channel, id)
+  batch_progress(job_key, batch_prefix, ttl, channel)
+end
+";
+
 // After a failed job of a batch that stops on the first failure: cancels
-// every job of it still queued, exactly as a cancel while queued does.
+// every job of it still queued.
 const STOP_BATCH: &str = r"
 local function stop_batch(key, batch_prefix, job_prefix, stream, group, finished_at, result, ttl, channel)
   if redis.call('HGET', key, 'stop_on_failure') ~= '1' then return end
   for _, id in ipairs(cjson.decode(redis.call('HGET', key, 'jobs'))) do
     local job_key = job_prefix .. id
     if redis.call('HGET', job_key, 'status') == 'queued' then
-      local entry = redis.call('HGET', job_key, 'entry')
-      redis.call('HSET', job_key, 'status', 'cancelled', 'finished_at', finished_at, 'result', result)
-      redis.call('EXPIRE', job_key, ttl)
-      if entry then
-        redis.call('XACK', stream, group, entry)
-        redis.call('XDEL', stream, entry)
-      end
-      redis.call('PUBLISH', channel, id)
-      batch_progress(job_key, batch_prefix, ttl, channel)
+      cancel_queued(job_key, id, stream, group, finished_at, result, ttl, channel, batch_prefix)
     end
   end
 end
@@ -268,15 +276,7 @@ const CANCEL: &str = r"
 local status = redis.call('HGET', KEYS[1], 'status')
 if status == false then return 'not_found' end
 if status == 'queued' then
-  local entry = redis.call('HGET', KEYS[1], 'entry')
-  redis.call('HSET', KEYS[1], 'status', 'cancelled', 'finished_at', ARGV[1], 'result', ARGV[2])
-  redis.call('EXPIRE', KEYS[1], ARGV[3])
-  if entry then
-    redis.call('XACK', KEYS[2], ARGV[4], entry)
-    redis.call('XDEL', KEYS[2], entry)
-  end
-  redis.call('PUBLISH', ARGV[5], ARGV[6])
-  batch_progress(KEYS[1], ARGV[8], ARGV[3], ARGV[5])
+  cancel_queued(KEYS[1], ARGV[6], KEYS[2], ARGV[4], ARGV[1], ARGV[2], ARGV[3], ARGV[5], ARGV[8])
   return 'queued'
 end
 if status == 'running' then
@@ -291,8 +291,9 @@ static ENQUEUE_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(ENQUEUE))
 static ENQUEUE_BATCH_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(ENQUEUE_BATCH));
 static START_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(&format!("{NOW_MS}{START}")));
 static FINISH_SCRIPT: LazyLock<Script> =
-    LazyLock::new(|| Script::new(&format!("{NOW_MS}{BATCH_PROGRESS}{STOP_BATCH}{FINISH}")));
-static CANCEL_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(&format!("{BATCH_PROGRESS}{CANCEL}")));
+    LazyLock::new(|| Script::new(&format!("{NOW_MS}{BATCH_PROGRESS}{CANCEL_QUEUED}{STOP_BATCH}{FINISH}")));
+static CANCEL_SCRIPT: LazyLock<Script> =
+    LazyLock::new(|| Script::new(&format!("{BATCH_PROGRESS}{CANCEL_QUEUED}{CANCEL}")));
 
 /// Time for one Redis reply. A blocking claim adds its own block time.
 const RESPONSE_TIMEOUT: Duration = Duration::from_secs(5);
@@ -583,7 +584,7 @@ impl Queue {
             .arg(keys::BATCH_PREFIX)
             .arg(if outcome.failed() { "1" } else { "0" })
             .arg(keys::JOB_PREFIX)
-            .arg(cancelled_result()?)
+            .arg(CANCELLED_RESULT.as_str())
             .invoke_async(&mut self.conn.clone())
             .await?;
         Ok(Duration::from_millis(u64::try_from(write_ms).unwrap_or(0)))
@@ -592,7 +593,7 @@ impl Queue {
     /// Cancels job `id`: a queued job ends at once; a running one is flagged
     /// and its worker told on [`keys::CANCEL_CHANNEL`].
     pub async fn cancel(&self, id: &str, finished_at: &str, ttl: Duration) -> Result<Cancelled, QueueError> {
-        let result = cancelled_result()?;
+        let result = CANCELLED_RESULT.as_str();
         let reply: String = CANCEL_SCRIPT
             .key(keys::job(id))
             .key(&self.stream)
@@ -759,11 +760,13 @@ fn enqueued(reply: Value) -> Result<Enqueued, QueueError> {
     }
 }
 
-/// The stored result of a job cancelled before it ran.
-fn cancelled_result() -> Result<String, QueueError> {
+/// The stored result of a job cancelled before it ran, made once: every
+/// finish passes it, for a batch that stops on its first failure.
+static CANCELLED_RESULT: LazyLock<String> = LazyLock::new(|| {
     let outcome = Outcome { status: Status::Cancelled, ..Outcome::internal_error("") };
-    serde_json::to_string(&outcome).map_err(|e| QueueError::Protocol(e.to_string()))
-}
+    // A plain struct of strings, numbers and options always serializes.
+    serde_json::to_string(&outcome).unwrap_or_default()
+});
 
 fn as_string(value: &Value) -> Option<String> {
     match value {
