@@ -22,12 +22,11 @@ use axum::response::{IntoResponse, Response};
 use runbox_common::{BatchJob, BatchRecord, Enqueued, Idempotency, now_rfc3339};
 use serde::Serialize;
 use serde_json::{Map, Value, json};
-use tokio::time::Instant;
 
 use crate::AppState;
 use crate::auth::Caller;
 use crate::error::{ApiError, BatchItemError};
-use crate::jobs::{CANCEL_CONFIRM, JobView, RECHECK_EVERY, idempotency_key, json_body};
+use crate::jobs::{CANCEL_CONFIRM, JobView, RECHECK_EVERY, idempotency_key, is_final_status, json_body, long_poll};
 use crate::validate;
 
 /// Fields a batch may have.
@@ -73,11 +72,7 @@ pub async fn submit(
 ) -> Result<Response, ApiError> {
     let limits = &state.config.limits;
     let body = json_body(&headers, body, limits.max_batch_bytes)?;
-    let value: Value =
-        serde_json::from_slice(&body).map_err(|e| ApiError::InvalidJson(format!("body is not valid JSON: {e}")))?;
-    let Value::Object(fields) = value else {
-        return Err(ApiError::InvalidJson("body must be a JSON object".into()));
-    };
+    let fields = validate::json_object(&body)?;
     if let Some(unknown) = fields.keys().find(|k| !FIELDS.contains(&k.as_str())) {
         return Err(ApiError::UnknownField(format!("unknown field {unknown:?}; a batch has {}", FIELDS.join(", "))));
     }
@@ -164,7 +159,7 @@ pub async fn cancel(
     let ttl = state.config.limits.result_ttl;
     let mut cancelled = 0;
     for (job_id, summary) in batch.job_ids.iter().zip(&summaries) {
-        if !is_final(&summary.status) {
+        if !is_final_status(&summary.status) {
             state.queue.cancel(job_id, &now_rfc3339(), ttl).await?;
             cancelled += 1;
         }
@@ -199,8 +194,12 @@ pub async fn results(
                 Ok(summaries) => summaries,
                 Err(e) => return Some((Err(std::io::Error::other(e)), None)),
             };
-            let finished: HashSet<&String> =
-                pending.iter().zip(&summaries).filter(|(_, s)| is_final(&s.status)).map(|(job_id, _)| job_id).collect();
+            let finished: HashSet<&String> = pending
+                .iter()
+                .zip(&summaries)
+                .filter(|(_, s)| is_final_status(&s.status))
+                .map(|(job_id, _)| job_id)
+                .collect();
             if !finished.is_empty() {
                 let mut lines = Vec::new();
                 for job_id in pending.iter().filter(|j| finished.contains(j)) {
@@ -269,24 +268,8 @@ async fn wait_for_batch(state: &AppState, id: &str, caller: &Caller, wait: Durat
     if uuid::Uuid::parse_str(id).is_err() {
         return Err(ApiError::NotFound);
     }
-    let deadline = Instant::now() + wait;
-    let registration = state.waiters.register(id);
-    loop {
-        // Listen before reading, so progress in between still wakes us.
-        let notified = registration.notify.notified();
-        tokio::pin!(notified);
-        notified.as_mut().enable();
-        let batch = state.queue.get_batch(id).await?.filter(|b| b.owner == caller.0).ok_or(ApiError::NotFound)?;
-        if batch.done >= batch.job_ids.len() as u64 || Instant::now() >= deadline || state.stopping.is_cancelled() {
-            return Ok(batch);
-        }
-        let recheck = (Instant::now() + RECHECK_EVERY).min(deadline);
-        tokio::select! {
-            () = notified => {}
-            () = tokio::time::sleep_until(recheck) => {}
-            () = state.stopping.cancelled() => {}
-        }
-    }
+    let read = || async { state.queue.get_batch(id).await?.filter(|b| b.owner == caller.0).ok_or(ApiError::NotFound) };
+    long_poll(state, id, wait, read, |batch: &BatchRecord| batch.done >= batch.job_ids.len() as u64).await
 }
 
 async fn view(state: &AppState, batch: BatchRecord, offset: usize, limit: usize) -> Result<BatchView, ApiError> {
@@ -332,10 +315,4 @@ fn page_param(query: &HashMap<String, String>, name: &str, default: usize, max: 
             }
         },
     }
-}
-
-/// A job is final when it is neither queued nor running; an expired job
-/// (empty status) is long final.
-fn is_final(status: &str) -> bool {
-    !matches!(status, "queued" | "running")
 }

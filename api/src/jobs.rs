@@ -107,7 +107,13 @@ pub(crate) fn json_body(
 }
 
 pub(crate) fn is_final(record: &JobRecord) -> bool {
-    !matches!(record.status.as_str(), "queued" | "running")
+    is_final_status(&record.status)
+}
+
+/// A job is final when it is neither queued nor running; an expired job
+/// (empty status) is long final.
+pub(crate) fn is_final_status(status: &str) -> bool {
+    !matches!(status, "queued" | "running")
 }
 
 pub async fn submit(
@@ -206,18 +212,34 @@ async fn wait_for(state: &AppState, id: &str, wait: Duration) -> Result<Option<J
     if uuid::Uuid::parse_str(id).is_err() {
         return Ok(None);
     }
+    let read = || async { Ok(state.queue.get(id).await?) };
+    long_poll(state, id, wait, read, |record: &Option<JobRecord>| record.as_ref().is_none_or(is_final)).await
+}
+
+/// Reads with `read` until `done` holds for what it read, `wait` passes, or
+/// the api is stopping; in between, sleeps until something is published
+/// about `id` (a job, or a batch's progress). It listens before each read,
+/// so what is published in between still wakes it.
+pub(crate) async fn long_poll<T, Read>(
+    state: &AppState,
+    id: &str,
+    wait: Duration,
+    read: impl Fn() -> Read,
+    done: impl Fn(&T) -> bool,
+) -> Result<T, ApiError>
+where
+    Read: std::future::Future<Output = Result<T, ApiError>>,
+{
     let deadline = Instant::now() + wait;
     let registration = state.waiters.register(id);
     state.metrics.waiters.set(i64::try_from(state.waiters.len()).unwrap_or(i64::MAX));
     loop {
-        // Listen before reading, so a completion in between still wakes us.
         let notified = registration.notify.notified();
         tokio::pin!(notified);
         notified.as_mut().enable();
-        let record = state.queue.get(id).await?;
-        let done = record.as_ref().is_none_or(is_final);
-        if done || Instant::now() >= deadline || state.stopping.is_cancelled() {
-            return Ok(record);
+        let value = read().await?;
+        if done(&value) || Instant::now() >= deadline || state.stopping.is_cancelled() {
+            return Ok(value);
         }
         let recheck = (Instant::now() + RECHECK_EVERY).min(deadline);
         tokio::select! {

@@ -19,12 +19,17 @@ pub const MAX_ARGS: usize = 256;
 pub const MAX_ARGS_BYTES: usize = 64 * 1024;
 
 pub fn job_spec(body: &[u8], limits: &ApiLimits) -> Result<JobSpec, ApiError> {
+    job_spec_fields(&json_object(body)?, limits)
+}
+
+/// A request body that must be one JSON object, as its fields.
+pub fn json_object(body: &[u8]) -> Result<Map<String, Value>, ApiError> {
     let value: Value =
         serde_json::from_slice(body).map_err(|e| ApiError::InvalidJson(format!("body is not valid JSON: {e}")))?;
     let Value::Object(fields) = value else {
         return Err(ApiError::InvalidJson("body must be a JSON object".into()));
     };
-    job_spec_fields(&fields, limits)
+    Ok(fields)
 }
 
 /// Validates one job given as a JSON object's fields.
