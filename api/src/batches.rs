@@ -30,7 +30,7 @@ use crate::jobs::{CANCEL_CONFIRM, JobView, RECHECK_EVERY, idempotency_key, is_fi
 use crate::validate;
 
 /// Fields a batch may have.
-const FIELDS: &[&str] = &["jobs", "program", "cases", "stop_on_first_failure"];
+const FIELDS: &[&str] = &["jobs", "program", "cases", "stop_on_first_failure", "shared_runtime"];
 
 /// A job as the JSON object a client sent.
 type JobObject = Map<String, Value>;
@@ -81,6 +81,12 @@ pub async fn submit(
         Some(Value::Bool(stop)) => *stop,
         Some(_) => return Err(ApiError::InvalidField("stop_on_first_failure must be true or false".into())),
     };
+    // Test cases are one program run many times: the shared lane by default.
+    let shared_runtime = match fields.get("shared_runtime") {
+        None | Some(Value::Null) => fields.contains_key("cases"),
+        Some(Value::Bool(shared)) => *shared,
+        Some(_) => return Err(ApiError::InvalidField("shared_runtime must be true or false".into())),
+    };
     let items = batch_items(&fields)?;
     if items.is_empty() || items.len() > limits.max_batch {
         return Err(ApiError::InvalidField(format!(
@@ -103,6 +109,11 @@ pub async fn submit(
     }
 
     let batch_id = uuid::Uuid::new_v4().to_string();
+    if shared_runtime {
+        for spec in &mut specs {
+            spec.shared_lane = Some(batch_id.clone());
+        }
+    }
     let mut jobs = Vec::with_capacity(specs.len());
     for spec in &specs {
         let id = uuid::Uuid::new_v4().to_string();

@@ -115,6 +115,7 @@ pub fn job_spec_fields(fields: &Map<String, Value>, limits: &ApiLimits) -> Resul
         expected_stdout,
         compare,
         files,
+        shared_lane: None,
     })
 }
 

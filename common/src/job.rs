@@ -79,6 +79,11 @@ pub struct JobSpec {
     /// Files put in the program's working directory before it starts.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub files: Vec<InputFile>,
+    /// Set by the api, never by a client: jobs with the same value (the id
+    /// of a batch submitted with `shared_runtime`) may run one after another
+    /// in one long-lived child, each in a fresh interpreter.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shared_lane: Option<String>,
 }
 
 /// A file given to the program, by a path relative to its working directory.
@@ -144,6 +149,7 @@ impl JobSpec {
             expected_stdout: None,
             compare: Compare::Exact,
             files: Vec::new(),
+            shared_lane: None,
         }
     }
 

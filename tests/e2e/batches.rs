@@ -210,3 +210,50 @@ async fn test_cases_run_one_program_against_each_input() {
     let (status, _) = post_batch(api, ALICE, &json!({ "program": program, "jobs": [] })).await;
     assert_eq!(status, 400);
 }
+
+#[tokio::test]
+async fn a_shared_runtime_batch_runs_in_few_processes_and_survives_a_death() {
+    let stack = Stack::start(&[("RUNBOX_WORKER_CONCURRENCY", "2")]).await;
+    let api = &stack.api;
+    // Each job prints the id of the process it ran in; case 3 never ends.
+    let program = json!({
+        "language": "py",
+        "code": "import js\nn = int(input())\nwhile n == 3: pass\nprint(n * n, js.Deno.pid)",
+        "timeout_ms": 1500,
+    });
+    let cases: Vec<Value> = (1..=10).map(|n| json!({ "stdin": n.to_string() })).collect();
+    let (status, submitted) = post_batch(api, ALICE, &json!({ "program": program, "cases": cases })).await;
+    assert_eq!(status, 202, "{submitted}");
+    let id = submitted["id"].as_str().expect("id");
+    let (_, batch) = get_json(api, ALICE, &format!("/v1/batches/{id}?wait=60")).await;
+    assert_eq!(batch["counts"], json!({ "completed": 9, "timeout": 1 }), "{batch}");
+    let jobs = batch["jobs"].as_array().expect("jobs");
+    let mut pids = std::collections::BTreeSet::new();
+    for (n, job) in (1..=10).zip(jobs) {
+        if n == 3 {
+            continue;
+        }
+        let stdout = job["stdout"].as_str().expect("stdout");
+        let (square, pid) = stdout.trim().split_once(' ').expect("two fields");
+        assert_eq!(square, (n * n).to_string(), "{job}");
+        pids.insert(pid.to_owned());
+    }
+    // Two slots, and one child replaced after the timeout: four at most,
+    // where the default lane would use one process per job.
+    assert!(pids.len() <= 4, "nine jobs ran in {} processes: {batch}", pids.len());
+
+    // The default lane for the same cases, when asked.
+    let body = json!({ "program": program, "cases": cases[..3], "shared_runtime": false });
+    let (_, submitted) = post_batch(api, ALICE, &body).await;
+    let (_, batch) =
+        get_json(api, ALICE, &format!("/v1/batches/{}?wait=60", submitted["id"].as_str().unwrap_or(""))).await;
+    let pids: std::collections::BTreeSet<&str> = batch["jobs"].as_array().expect("jobs")[..2]
+        .iter()
+        .filter_map(|j| j["stdout"].as_str()?.split_whitespace().nth(1))
+        .collect();
+    assert_eq!(pids.len(), 2, "{batch}");
+
+    let (status, error) =
+        post_batch(api, ALICE, &json!({ "program": program, "cases": cases, "shared_runtime": 1 })).await;
+    assert_eq!((status, error["error"]["code"].as_str()), (400, Some("invalid_field")), "{error}");
+}

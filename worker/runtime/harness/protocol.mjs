@@ -15,11 +15,20 @@
 // The code arrives over the pipe, never as a file, so the child needs no read
 // access at all once it is booted.
 //
+// A shared-lane child (see python.mjs) runs many jobs of one batch, so its
+// stdin carries only frames: the program's stdin is the frame's `stdin`
+// field. After each job the harness writes, in one write each,
+// END_MARKER + nonce + ":" + exit status + ":" + (1 if the realm is still
+// clean, else 0) + "\n" on stdout, and END_MARKER + nonce + "\n" on stderr.
+// The runner reads each stream up to its marker; the program never sees the
+// nonce, so it cannot end its own output early or forge a status.
+//
 // The program shares this realm: it can replace any global, prototype method
 // or property of `Deno`. So everything a harness uses once the program has
 // started is captured here, at load time, before any user code exists.
 
 export const READY = "\u0006runbox-ready\n";
+const END_MARKER = "\u0006runbox-end:";
 const MEMORY_MARKER = "\u0006runbox-out-of-memory:";
 const MAX_FRAME = 64 * 1024 * 1024;
 
@@ -74,7 +83,23 @@ function readExactly(n) {
 
 /** Signals readiness, then blocks until the runner sends the job frame. */
 export function awaitJob() {
+  signalReady();
+  return readFrame();
+}
+
+/** Tells the runner the harness is booted. */
+export function signalReady() {
   writeAll(1, encode(READY));
+}
+
+/** Ends a shared-lane job: see the header. */
+export function signalEnd(nonce, status, clean) {
+  writeAll(1, encode(`${END_MARKER}${nonce}:${status}:${clean ? 1 : 0}\n`));
+  writeAll(2, encode(`${END_MARKER}${nonce}\n`));
+}
+
+/** Blocks until the runner sends a job frame, and returns it. */
+export function readFrame() {
   let header = "";
   for (;;) {
     const [byte] = readExactly(1);
@@ -190,4 +215,83 @@ export function hideHostDetails(mainModule, args, withProcess) {
 export function withoutHarnessFrames(stack, dir) {
   const lines = apply(split, toText(stack), ["\n"]);
   return apply(join, apply(filter, lines, [(line) => !apply(includes, line, [dir])]), ["\n"]);
+}
+
+/**
+ * Watches what a job in a shared-lane child could leave behind for the
+ * next one: timers and Workers it started, and changes to the globals and
+ * built-in prototypes of the realm. `begin()` takes a fingerprint before a
+ * job; `isClean()` afterwards says whether anything changed. The runner
+ * also counts the process's threads. When in doubt the child is replaced,
+ * so this only has to be right when it says "clean".
+ *
+ * Call before anything else is loaded, so that every later user of
+ * setTimeout, setInterval and Worker gets the counting versions.
+ */
+export function watchRealm() {
+  const ownKeys = Reflect.ownKeys;
+  const same = Object.is;
+  const describe = Reflect.getOwnPropertyDescriptor;
+  const pending = new Set();
+  let workers = 0;
+  const { setTimeout, setInterval, clearTimeout, clearInterval, Worker } = globalThis;
+  const add = apply.bind(null, Set.prototype.add);
+  const remove = apply.bind(null, Set.prototype.delete);
+  globalThis.setTimeout = function (callback, delay, ...args) {
+    const id = apply(setTimeout, globalThis, [function () {
+      remove(pending, [id]);
+      return typeof callback === "function" ? apply(callback, this, args) : undefined;
+    }, delay]);
+    add(pending, [id]);
+    return id;
+  };
+  globalThis.setInterval = function (...args) {
+    const id = apply(setInterval, globalThis, args);
+    add(pending, [id]);
+    return id;
+  };
+  globalThis.clearTimeout = (id) => (remove(pending, [id]), apply(clearTimeout, globalThis, [id]));
+  globalThis.clearInterval = (id) => (remove(pending, [id]), apply(clearInterval, globalThis, [id]));
+  if (Worker) {
+    globalThis.Worker = new Proxy(Worker, { construct: (target, args, newTarget) => (workers++, Reflect.construct(target, args, newTarget)) });
+  }
+
+  const watched = [
+    globalThis, Object, Object.prototype, Function.prototype, Array, Array.prototype, String.prototype,
+    Number.prototype, Boolean.prototype, Symbol, Symbol.prototype, Promise, Promise.prototype, Map.prototype,
+    Set.prototype, WeakMap.prototype, RegExp.prototype, Error.prototype, JSON, Math, Reflect, ArrayBuffer.prototype,
+    DataView.prototype, Uint8Array.prototype, Object.getPrototypeOf(Uint8Array.prototype), TextDecoder.prototype,
+    TextEncoder.prototype, WebAssembly, WebAssembly.Module.prototype, WebAssembly.Instance.prototype,
+    WebAssembly.Table.prototype, WebAssembly.Global.prototype, Deno,
+  ];
+  const fingerprint = () => {
+    const parts = [];
+    for (let i = 0; i < watched.length; i++) {
+      const object = watched[i];
+      const keys = ownKeys(object);
+      parts[parts.length] = keys.length;
+      for (let k = 0; k < keys.length; k++) {
+        const d = describe(object, keys[k]);
+        parts[parts.length] = keys[k];
+        parts[parts.length] = d.value;
+        parts[parts.length] = d.get;
+        parts[parts.length] = d.set;
+      }
+    }
+    return parts;
+  };
+  let before = [];
+  return {
+    begin() {
+      workers = 0;
+      before = fingerprint();
+    },
+    isClean() {
+      if (workers > 0 || pending.size > 0) return false;
+      const after = fingerprint();
+      if (after.length !== before.length) return false;
+      for (let i = 0; i < after.length; i++) if (!same(after[i], before[i])) return false;
+      return true;
+    },
+  };
 }

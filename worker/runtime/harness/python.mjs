@@ -1,38 +1,48 @@
 // Harness for Python jobs: Pyodide (CPython on WebAssembly) inside Deno.
 //
-// Usage: python.mjs <pyodide-dir> <memory-snapshot|-> <memory-mb>
+// Usage: python.mjs <pyodide-dir> <memory-snapshot|-> <memory-mb> [shared]
 //
 // Boot reads the Pyodide files and the memory snapshot, which is why this
 // child alone gets --allow-read (scoped to those paths). Read access is
 // revoked before READY, so the program never has it. After the program
 // starts, this file uses only what protocol.mjs and RUNNER captured
 // beforehand.
-import { loadPyodideFrom } from "./pyodide.mjs";
+//
+// With `shared`, the child serves the shared lane: it runs the jobs of one
+// batch one after another, each in a new Pyodide instance restored from its
+// own copy of the snapshot (a fresh interpreter, `__main__` and in-memory
+// file system), built from the wasm module compiled once at boot. The
+// instances share this process and its JS realm; see protocol.mjs for how
+// the runner tells the jobs' output apart, and `watchRealm` for when the
+// child asks to be replaced.
+import { loadPyodideFrom, pyodideFactory } from "./pyodide.mjs";
 import {
   awaitJob,
   dropPersistentStorage,
   exit,
   hideHostDetails,
+  readFrame,
   readRest,
   reportOutOfMemory,
+  signalEnd,
+  signalReady,
   wasmMemorySize,
+  watchRealm,
   writeAll,
 } from "./protocol.mjs";
 
-const [pyodideDir, snapshotPath, memoryMb] = Deno.args;
+const [pyodideDir, snapshotPath, memoryMb, mode] = Deno.args;
+const shared = mode === "shared";
 
 // Added to the exit status that run_main returns when the program ended on
 // a MemoryError.
 const ENDED_BY_MEMORY_ERROR = 0x100;
 
-// Runs the program as the genuine __main__ module (so unittest, doctest and
-// pickle find what it defines) and returns its exit status. Top-level
-// `await` is allowed, as in Pyodide's own runPythonAsync. Frames of this
-// runner are cut from tracebacks so they read as if python ran main.py. The
-// runner lives in its own namespace, not in __main__, and binds everything
-// it uses as default arguments before the program exists: the program may
-// rebind any global, builtin or module attribute, and the exit status must
-// not change with it.
+// A shared child collects garbage between jobs once its resident memory has
+// grown this far past its size after boot: each finished instance leaves
+// its wasm memory behind until V8 collects it, and V8 is in no hurry.
+const COLLECT_AFTER_GROWTH = 128 * 1024 * 1024;
+
 const RUNNER = `
 import ast, builtins, linecache, os, random, sys, traceback, types
 
@@ -91,44 +101,85 @@ def make_runner(
 make_runner()
 `;
 
+const realm = shared ? watchRealm() : null;
 const wasmMemories = capWasmMemory(Number(memoryMb));
 dropPersistentStorage();
 
-const pyodide = await loadPyodideFrom(pyodideDir, snapshotPath === "-" ? {} : {
-  _loadSnapshot: Deno.readFileSync(snapshotPath),
-});
-pyodide.setStdout({ write: (bytes) => (writeAll(1, bytes), bytes.length) });
-pyodide.setStderr({ write: (bytes) => (writeAll(2, bytes), bytes.length) });
-const runMain = pyodide.runPython(RUNNER, { globals: pyodide.toPy({}) });
-Deno.permissions.revokeSync({ name: "read" });
+if (!shared) {
+  const pyodide = await loadPyodideFrom(pyodideDir, snapshotPath === "-" ? {} : {
+    _loadSnapshot: Deno.readFileSync(snapshotPath),
+  });
+  const instance = prepare(pyodide);
+  Deno.permissions.revokeSync({ name: "read" });
+  const job = awaitJob();
+  // Pyodide has loaded Node's `process` already.
+  hideHostDetails("file:///main.py", job.args ?? [], true);
+  const status = await runJob(instance, job, readRest());
+  exit(status);
+}
 
-const job = awaitJob();
-// Pyodide has loaded Node's `process` already.
-hideHostDetails("file:///main.py", job.args ?? [], true);
-writeFiles(job.files ?? []);
-const stdin = readRest();
-let consumed = 0;
-pyodide.setStdin({
-  read(buffer) {
-    const n = Math.min(buffer.length, stdin.length - consumed);
-    buffer.set(stdin.subarray(consumed, consumed + n));
-    consumed += n;
-    return n;
-  },
-});
-const nonce = job.nonce;
-const halfCap = (job.memory_mb * 1024 * 1024) / 2;
-// callPromising lets the program block on JS promises (run_until_complete,
-// run_sync) through WebAssembly stack switching.
-const result = await runMain.callPromising(job.code, job.args ?? []);
-const status = result & 0xff;
-// A MemoryError the program raised itself is just an error; one raised
-// after Python's heap really grew to half the cap or more is out of memory.
-if (result & ENDED_BY_MEMORY_ERROR && largestWasmMemory() >= halfCap) reportOutOfMemory(nonce);
-exit(status);
+// From --expose-gc. V8 makes it non-configurable, so jobs can call it too:
+// that costs them time and gives them nothing.
+const collectGarbage = globalThis.gc;
+const newInstance = await pyodideFactory(pyodideDir, snapshotPath === "-" ? null : snapshotPath);
+let instance = prepare(await newInstance());
+Deno.permissions.revokeSync({ name: "read" });
+const { rss } = Deno.memoryUsage();
+const collectAbove = rss + COLLECT_AFTER_GROWTH;
+signalReady();
+for (;;) {
+  const job = readFrame();
+  hideHostDetails("file:///main.py", job.args ?? [], true);
+  realm.begin();
+  const status = await runJob(instance, job, new TextEncoder().encode(job.stdin ?? ""));
+  instance.retire();
+  signalEnd(job.nonce, status, realm.isClean());
+  // The next instance is built now, before its job exists, so a job's
+  // duration is its program's alone.
+  instance = null;
+  if (collectGarbage && Deno.memoryUsage().rss > collectAbove) collectGarbage();
+  wasmMemories.length = 0;
+  instance = prepare(await newInstance());
+}
+
+/**
+ * Connects a booted Pyodide to this process's stdout and stderr and loads
+ * RUNNER into it. `retire()` disconnects it, so that nothing it still has
+ * scheduled can write into the next job's output.
+ */
+function prepare(pyodide) {
+  let live = true;
+  const sink = (fd) => ({ write: (bytes) => (live && writeAll(fd, bytes), bytes.length) });
+  pyodide.setStdout(sink(1));
+  pyodide.setStderr(sink(2));
+  const runMain = pyodide.runPython(RUNNER, { globals: pyodide.toPy({}) });
+  return { pyodide, runMain, retire: () => (live = false) };
+}
+
+/** Runs `job` with `stdin` in a prepared instance; returns the exit status. */
+async function runJob({ pyodide, runMain }, job, stdin) {
+  writeFiles(pyodide, job.files ?? []);
+  let consumed = 0;
+  pyodide.setStdin({
+    read(buffer) {
+      const n = Math.min(buffer.length, stdin.length - consumed);
+      buffer.set(stdin.subarray(consumed, consumed + n));
+      consumed += n;
+      return n;
+    },
+  });
+  const halfCap = (job.memory_mb * 1024 * 1024) / 2;
+  // callPromising lets the program block on JS promises (run_until_complete,
+  // run_sync) through WebAssembly stack switching.
+  const result = await runMain.callPromising(job.code, job.args ?? []);
+  // A MemoryError the program raised itself is just an error; one raised
+  // after Python's heap really grew to half the cap or more is out of memory.
+  if (result & ENDED_BY_MEMORY_ERROR && largestWasmMemory() >= halfCap) reportOutOfMemory(job.nonce);
+  return result & 0xff;
+}
 
 /** Puts the job's files in Pyodide's in-memory file system, under the working directory. */
-function writeFiles(files) {
+function writeFiles(pyodide, files) {
   const FS = pyodide.FS;
   for (const { path, content, encoding } of files) {
     const bytes = encoding === "base64"

@@ -28,7 +28,7 @@ const READY: &[u8] = b"\x06runbox-ready\n";
 
 /// What a harness writes last on stderr, before the job's nonce, when the
 /// program ran out of memory; see `runtime/harness/protocol.mjs`.
-const MEMORY_MARKER: &str = "\u{6}runbox-out-of-memory:";
+pub(super) const MEMORY_MARKER: &str = "\u{6}runbox-out-of-memory:";
 
 /// Entries of a child's DENO_DIR that Deno would fill with data the program
 /// controls: web storage (`location_data`, from a Worker too, where the
@@ -57,7 +57,7 @@ const DRAIN_TIMEOUT: Duration = Duration::from_secs(2);
 /// Resident memory the runtime itself may use on top of the program's
 /// `memory_mb`: an idle Python child (Pyodide restored from its snapshot)
 /// holds about 225 MiB, an idle JS child about 40 MiB.
-const RUNTIME_RSS_ALLOWANCE_MB: u64 = 320;
+pub(super) const RUNTIME_RSS_ALLOWANCE_MB: u64 = 320;
 
 /// How often the resident memory of a running child is checked.
 const RSS_POLL: Duration = Duration::from_millis(20);
@@ -74,14 +74,18 @@ pub struct BootedChild {
 
 /// The job frame the harness reads; see `runtime/harness/protocol.mjs`.
 #[derive(Serialize)]
-struct Frame<'a> {
-    language: Language,
-    code: &'a str,
-    args: &'a [String],
-    files: &'a [InputFile],
-    /// Authenticates the harness's out-of-memory marker; the program never sees it.
-    nonce: &'a str,
-    memory_mb: u32,
+pub(super) struct Frame<'a> {
+    pub language: Language,
+    pub code: &'a str,
+    pub args: &'a [String],
+    pub files: &'a [InputFile],
+    /// Authenticates the harness's markers; the program never sees it.
+    pub nonce: &'a str,
+    pub memory_mb: u32,
+    /// The program's stdin, for a shared child, whose own stdin carries
+    /// only frames. A single-use child's program reads what follows the frame.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stdin: Option<&'a str>,
 }
 
 enum Ending {
@@ -100,7 +104,7 @@ impl BootedChild {
             tokio::task::spawn_blocking(move || job_dir(&sandbox, language))
         };
         let dir = prepare.await.map_err(std::io::Error::other)??;
-        let (child, stdin, stdout, stderr) = spawn_ready(sandbox, language, dir.path()).await?;
+        let (child, stdin, stdout, stderr) = spawn_ready(sandbox, language, dir.path(), false).await?;
         Ok(BootedChild { child, stdin, stdout, stderr, dir })
     }
 
@@ -147,6 +151,7 @@ impl BootedChild {
             files: frame_files,
             nonce: &nonce,
             memory_mb: sandbox.limits.memory_mb,
+            stdin: None,
         };
         let frame = match serde_json::to_vec(&frame) {
             Ok(frame) => frame,
@@ -200,29 +205,43 @@ impl BootedChild {
         };
         // Removing a directory is blocking file-system work: not on the async threads.
         let _ = tokio::task::spawn_blocking(move || drop(dir)).await;
-        let mut outcome = Outcome {
-            status,
-            exit_code,
-            signal,
-            stdout: stdout.text(),
-            stderr: stderr.text(),
-            stdout_truncated: stdout.truncated,
-            stderr_truncated: stderr.truncated,
-            duration_ms: u64::try_from(duration.as_millis()).unwrap_or(u64::MAX),
-            verdict: None,
-        };
-        outcome.verdict = spec.verdict(&outcome);
-        outcome
+        outcome(spec, status, exit_code, signal, &stdout, &stderr, duration)
     }
 }
 
+/// The outcome of `spec`'s run, with its verdict.
+pub(super) fn outcome(
+    spec: &JobSpec,
+    status: Status,
+    exit_code: Option<i32>,
+    signal: Option<i32>,
+    stdout: &Captured,
+    stderr: &Captured,
+    duration: Duration,
+) -> Outcome {
+    let mut outcome = Outcome {
+        status,
+        exit_code,
+        signal,
+        stdout: stdout.text(),
+        stderr: stderr.text(),
+        stdout_truncated: stdout.truncated,
+        stderr_truncated: stderr.truncated,
+        duration_ms: u64::try_from(duration.as_millis()).unwrap_or(u64::MAX),
+        verdict: None,
+    };
+    outcome.verdict = spec.verdict(&outcome);
+    outcome
+}
+
 /// Spawns a child whose private directory is `dir` and waits for READY.
-async fn spawn_ready(
+pub(super) async fn spawn_ready(
     sandbox: &Sandbox,
     language: Language,
     dir: &Path,
+    shared: bool,
 ) -> Result<(Child, ChildStdin, ChildStdout, ChildStderr), SandboxError> {
-    let mut child = deno_command(&sandbox.runtime, &sandbox.isolation, &sandbox.limits, language, dir)
+    let mut child = deno_command(&sandbox.runtime, &sandbox.isolation, &sandbox.limits, language, dir, shared)
         .spawn()
         .map_err(SandboxError::Spawn)?;
     let (Some(stdin), Some(mut stdout), Some(mut stderr)) =
@@ -250,9 +269,16 @@ async fn spawn_ready(
 pub async fn prime_cache(sandbox: &Sandbox) -> Result<TempDir, SandboxError> {
     let dir = private_dir("runbox-cache-", sandbox)?;
     for language in [Language::Python] {
-        let (mut child, mut stdin, _stdout, _stderr) = spawn_ready(sandbox, language, dir.path()).await?;
-        let frame =
-            Frame { language, code: "0", args: &[], files: &[], nonce: "", memory_mb: sandbox.limits.memory_mb };
+        let (mut child, mut stdin, _stdout, _stderr) = spawn_ready(sandbox, language, dir.path(), false).await?;
+        let frame = Frame {
+            language,
+            code: "0",
+            args: &[],
+            files: &[],
+            nonce: "",
+            memory_mb: sandbox.limits.memory_mb,
+            stdin: None,
+        };
         let frame = serde_json::to_vec(&frame).map_err(std::io::Error::other)?;
         stdin.write_all(format!("{}\n", frame.len()).as_bytes()).await?;
         stdin.write_all(&frame).await?;
@@ -268,7 +294,7 @@ pub async fn prime_cache(sandbox: &Sandbox) -> Result<TempDir, SandboxError> {
 
 /// A new job directory for a child of `language`: its `files` directory
 /// (JS) and its DENO_DIR.
-fn job_dir(sandbox: &Sandbox, language: Language) -> std::io::Result<TempDir> {
+pub(super) fn job_dir(sandbox: &Sandbox, language: Language) -> std::io::Result<TempDir> {
     let dir = private_dir("runbox-job-", sandbox)?;
     if language != Language::Python {
         // Made by the worker, so a child running as another uid cannot write in it.
@@ -348,7 +374,7 @@ fn deno_dir(path: &Path, seed: Option<&Path>, sandbox: &Sandbox) -> std::io::Res
 /// signal the user sees. Runbox's own kills (timeout, memory watchdog,
 /// cancellation) are handled before this, so a signal here came from the
 /// program or from the host: the program can signal its own process.
-fn classify(exit: ExitStatus, stderr: &Captured) -> (Status, Option<i32>, Option<i32>) {
+pub(super) fn classify(exit: ExitStatus, stderr: &Captured) -> (Status, Option<i32>, Option<i32>) {
     match (exit.code(), exit.signal()) {
         (Some(code), _) => (Status::Completed, Some(code), None),
         // The child ignores SIGTRAP (see `command.rs`), so this death is a
@@ -364,7 +390,7 @@ fn classify(exit: ExitStatus, stderr: &Captured) -> (Status, Option<i32>, Option
 /// SIGKILLs the child's whole process group. The group id is the child's pid
 /// (it was spawned with `process_group(0)`), and it is only called while the
 /// child is not yet reaped, so the id cannot have been reused.
-fn kill_group(child: &Child) {
+pub(super) fn kill_group(child: &Child) {
     if let Some(pid) = child.id().and_then(|id| i32::try_from(id).ok()) {
         let _ = killpg(Pid::from_raw(pid), Signal::SIGKILL);
     }
@@ -373,7 +399,7 @@ fn kill_group(child: &Child) {
 /// Returns once the resident memory of process `pid` passes `limit` bytes.
 /// The V8 heap flag and the WebAssembly cap stop most programs first, with a
 /// clean error; this catches what they do not cover, such as ArrayBuffers.
-async fn watch_rss(pid: Option<u32>, limit: u64) {
+pub(super) async fn watch_rss(pid: Option<u32>, limit: u64) {
     let Some(pid) = pid else { return std::future::pending().await };
     let path = format!("/proc/{pid}/statm");
     let page = nix::unistd::sysconf(nix::unistd::SysconfVar::PAGE_SIZE).ok().flatten().map_or(4096, |p| p as u64);

@@ -58,16 +58,20 @@ pub const MAX_FILE_BYTES: u64 = 16 * 1024 * 1024;
 const MIN_DATA_BYTES: u64 = 2 * 1024 * 1024 * 1024;
 
 /// The command for one child of `language`, whose private directory is `dir`.
+/// A `shared` child serves the shared lane (Python only; see `shared.rs`).
 pub fn deno_command(
     runtime: &Runtime,
     isolation: &Isolation,
     limits: &Limits,
     language: Language,
     dir: &Path,
+    shared: bool,
 ) -> Command {
     let mut args: Vec<OsString> = vec!["run".into()];
     args.extend(DENY_ALL.iter().map(OsString::from));
-    args.push(format!("--v8-flags=--max-old-space-size={}", limits.memory_mb).into());
+    // A shared child collects the garbage of finished jobs' instances itself.
+    let gc = if shared { ",--expose-gc" } else { "" };
+    args.push(format!("--v8-flags=--max-old-space-size={}{gc}", limits.memory_mb).into());
     match language {
         Language::Javascript | Language::Typescript => {
             // The job's `files`, written there just before the program
@@ -89,6 +93,9 @@ pub fn deno_command(
             args.push(runtime.pyodide_dir.clone().into());
             args.push(runtime.snapshot.as_ref().map_or_else(|| "-".into(), |s| s.clone().into_os_string()));
             args.push(limits.memory_mb.to_string().into());
+            if shared {
+                args.push("shared".into());
+            }
         }
     }
 

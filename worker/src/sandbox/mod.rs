@@ -15,6 +15,10 @@
 //!
 //! Steps 1 to 3 can happen before the job exists: [`Runner`] keeps a warm
 //! pool of booted children ([`pool`]), each still used for one job only.
+//!
+//! The Python jobs of a batch submitted with `shared_runtime` take the
+//! shared lane instead ([`shared`]): one long-lived child runs them one
+//! after another, each in a fresh interpreter, under the same limits.
 
 mod child;
 mod command;
@@ -22,6 +26,7 @@ mod isolation;
 mod output;
 mod pool;
 mod runtime;
+mod shared;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -34,6 +39,7 @@ pub use command::MAX_FILE_BYTES;
 pub use isolation::{Isolation, NetworkIsolation};
 pub use pool::{PoolConfig, RunReport, Runner};
 pub use runtime::{DEFAULT_RUNTIME_DIR, Runtime, SNAPSHOT_FILE};
+pub use shared::SharedLane;
 
 /// Errors that keep a run from starting. Once a child runs, every ending is
 /// an [`Outcome`].

@@ -34,6 +34,17 @@ impl Captured {
         true
     }
 
+    /// Counts `bytes` as written next, keeping what the cap allows.
+    fn push(&mut self, bytes: &[u8], cap: usize) {
+        let keep = bytes.len().min(cap.saturating_sub(self.bytes.len()));
+        self.bytes.extend_from_slice(&bytes[..keep]);
+        self.truncated |= keep < bytes.len();
+        self.total += bytes.len();
+        self.tail.extend_from_slice(&bytes[bytes.len().saturating_sub(TAIL_BYTES)..]);
+        let excess = self.tail.len().saturating_sub(TAIL_BYTES);
+        self.tail.drain(..excess);
+    }
+
     /// Whether the end of the stream contains `needle`, ignoring ASCII case.
     pub fn tail_mentions(&self, needle: &str) -> bool {
         String::from_utf8_lossy(&self.tail).to_ascii_lowercase().contains(&needle.to_ascii_lowercase())
@@ -52,16 +63,41 @@ pub async fn capture(mut stream: impl AsyncRead + Unpin, cap: usize) -> Captured
             Ok(0) | Err(_) => break,
             Ok(n) => n,
         };
-        let room = cap.saturating_sub(captured.bytes.len());
-        let keep = n.min(room);
-        captured.bytes.extend_from_slice(&chunk[..keep]);
-        captured.truncated |= keep < n;
-        captured.total += n;
-        captured.tail.extend_from_slice(&chunk[n.saturating_sub(TAIL_BYTES)..n]);
-        let excess = captured.tail.len().saturating_sub(TAIL_BYTES);
-        captured.tail.drain(..excess);
+        captured.push(&chunk[..n], cap);
     }
     captured
+}
+
+/// Reads `stream` up to `marker`, capturing (as [`capture`] does) what came
+/// before it, for a stream that several jobs share in turn. Returns the
+/// bytes read after the marker, or None if the stream ended without one.
+/// Bytes that could be the start of the marker are held back until the
+/// next read settles it, so a marker split across reads is still found.
+pub async fn capture_until(
+    stream: &mut (impl AsyncRead + Unpin),
+    cap: usize,
+    marker: &[u8],
+) -> (Captured, Option<Vec<u8>>) {
+    let mut captured = Captured::default();
+    let mut pending = Vec::new();
+    let mut chunk = vec![0u8; 64 * 1024];
+    loop {
+        let n = match stream.read(&mut chunk).await {
+            Ok(0) | Err(_) => {
+                captured.push(&pending, cap);
+                return (captured, None);
+            }
+            Ok(n) => n,
+        };
+        pending.extend_from_slice(&chunk[..n]);
+        if let Some(at) = pending.windows(marker.len()).position(|w| w == marker) {
+            captured.push(&pending[..at], cap);
+            return (captured, Some(pending.split_off(at + marker.len())));
+        }
+        let settled = pending.len().saturating_sub(marker.len() - 1);
+        captured.push(&pending[..settled], cap);
+        pending.drain(..settled);
+    }
 }
 
 #[cfg(test)]
@@ -95,6 +131,25 @@ mod tests {
         let mut got = capture(&b"MARK then more"[..], 100).await;
         assert!(!got.strip_trailing(b"MARK"));
         assert_eq!(got.bytes, b"MARK then more");
+    }
+
+    #[tokio::test]
+    async fn capture_until_stops_at_a_marker_split_across_reads() {
+        let (mut writer, mut reader) = tokio::io::duplex(64);
+        let sender = tokio::spawn(async move {
+            use tokio::io::AsyncWriteExt;
+            for part in [&b"out"[..], b"put<MA", b"RK>rest", b"ignored"] {
+                writer.write_all(part).await.expect("write");
+                tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+            }
+        });
+        let (got, rest) = capture_until(&mut reader, 100, b"<MARK>").await;
+        assert_eq!(got.bytes, b"output");
+        assert_eq!(rest.as_deref(), Some(&b"rest"[..]));
+        sender.await.expect("sender");
+
+        let (got, rest) = capture_until(&mut &b"no marker <MAR"[..], 4, b"<MARK>").await;
+        assert_eq!((got.bytes.as_slice(), got.truncated, got.total, rest), (&b"no m"[..], true, 14, None));
     }
 
     #[test]

@@ -20,7 +20,7 @@ use runbox_common::{JobSpec, Language, Outcome};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
-use super::{BootedChild, Sandbox};
+use super::{BootedChild, Sandbox, SharedLane};
 
 /// How long a burst of demand keeps the pool large.
 const DEMAND_WINDOW: Duration = Duration::from_secs(60);
@@ -71,10 +71,12 @@ pub struct RunReport {
     pub boot: Duration,
 }
 
-/// Runs jobs, from the warm pool when it has a child and cold otherwise.
+/// Runs jobs, from the warm pool when it has a child and cold otherwise,
+/// or in the shared lane when the job's batch asked for it.
 pub struct Runner {
     sandbox: Arc<Sandbox>,
     pool: Option<Arc<Pool>>,
+    shared: Arc<SharedLane>,
 }
 
 struct Pool {
@@ -90,6 +92,9 @@ struct State {
     /// Children the refiller is booting right now.
     booting: [usize; 2],
     running: [usize; 2],
+    /// Jobs running in the shared lane, which need no warm child but do
+    /// hold a slot.
+    shared_running: usize,
     /// The most jobs of each kind that ran at once lately, and when.
     peak: [(usize, Option<Instant>); 2],
 }
@@ -97,7 +102,7 @@ struct State {
 impl Runner {
     /// A runner with no pool: every job boots its own child.
     pub fn cold(sandbox: Arc<Sandbox>) -> Runner {
-        Runner { sandbox, pool: None }
+        Runner { shared: SharedLane::new(sandbox.clone(), 1), sandbox, pool: None }
     }
 
     /// A runner with a warm pool, refilled by a task on the current runtime.
@@ -112,15 +117,27 @@ impl Runner {
             changed: Arc::new(Notify::new()),
         });
         tokio::spawn(refill(Arc::downgrade(&pool)));
-        Runner { sandbox, pool: Some(pool) }
+        Runner { shared: SharedLane::new(sandbox.clone(), config.concurrency), sandbox, pool: Some(pool) }
     }
 
     pub fn sandbox(&self) -> &Sandbox {
         &self.sandbox
     }
 
-    /// Runs `spec` in a fresh child and reports how it ended.
+    /// Runs `spec` and reports how it ended: in a fresh child, or in the
+    /// shared lane if its batch asked for that.
     pub async fn run(&self, spec: &JobSpec, cancel: &CancellationToken) -> RunReport {
+        if let Some(lane) = SharedLane::takes(spec) {
+            if let Some(pool) = &self.pool {
+                pool.lock().shared_running += 1;
+            }
+            let report = self.shared.run(lane, spec, cancel).await;
+            if let Some(pool) = &self.pool {
+                pool.lock().shared_running -= 1;
+                pool.changed.notify_waiters();
+            }
+            return report;
+        }
         let kind = Kind::of(spec.language);
         let waiting = Instant::now();
         let warm = match &self.pool {
@@ -222,7 +239,7 @@ impl Pool {
     /// if warming may run now.
     fn start_boot(&self) -> Option<Kind> {
         let mut state = self.lock();
-        if state.running.iter().sum::<usize>() >= self.config.concurrency {
+        if state.running.iter().sum::<usize>() + state.shared_running >= self.config.concurrency {
             return None;
         }
         let now = Instant::now();

@@ -15,5 +15,6 @@ mod network;
 mod processes;
 mod results;
 mod runaway;
+mod shared_lane;
 mod state;
 mod util;

@@ -1,0 +1,336 @@
+//! The shared lane: long-lived Python children that run the jobs of one
+//! batch one after another (a batch submitted with `shared_runtime`).
+//!
+//! A fresh child spends about 0.4 CPU-s booting Pyodide before its job
+//! starts. A shared child boots once and compiles the wasm module once; each
+//! job then gets a new Pyodide instance restored from its own copy of the
+//! snapshot, built while the child waits for the job: a fresh interpreter,
+//! `__main__` and in-memory file system for a fraction of the cost (see
+//! `runtime/harness/python.mjs`).
+//!
+//! Unchanged from the default lane: the deny-all flags, and each job's
+//! timeout, memory cap and output caps. What differs:
+//!
+//! - Jobs share a process and its JS realm. Only jobs of one batch, whose
+//!   id is the lane key and which has one owner, ever meet in a child.
+//! - A timeout, cancellation or memory death kills the child, as in the
+//!   default lane; the batch's next job gets another one.
+//! - A child is replaced whenever a job may have left something behind: the
+//!   harness reports timers, Workers or changed globals, a thread appears
+//!   that the runtime does not start by itself, or bytes arrive outside a job.
+//! - The runner tells jobs' output apart by end markers that carry a nonce
+//!   the program never sees (see `runtime/harness/protocol.mjs`).
+
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
+
+use runbox_common::{InputFile, JobSpec, Language, Outcome, Status};
+use tempfile::TempDir;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::process::{Child, ChildStderr, ChildStdin, ChildStdout};
+use tokio_util::sync::CancellationToken;
+
+use super::child::{
+    Frame, MEMORY_MARKER, RUNTIME_RSS_ALLOWANCE_MB, classify, job_dir, kill_group, outcome, spawn_ready, watch_rss,
+};
+use super::output::{Captured, capture_until};
+use super::{RunReport, Sandbox, SandboxError};
+
+/// What the harness writes after each job, before the job's nonce.
+const END_MARKER: &str = "\u{6}runbox-end:";
+
+/// How long an idle shared child waits for its batch's next job.
+const IDLE_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// Threads a Deno child runs by itself. Any other (a Worker's, for one)
+/// was started by a job, and the child is replaced.
+const RUNTIME_THREADS: &[&str] = &["deno", "V8 DefaultWorke", "tokio-runtime-w"];
+
+/// How long a child may take to take a frame, or to finish its end marker.
+const PIPE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How long to wait for the output pipes to close once a child is killed.
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// The shared lane of one worker: idle children, each kept for its batch.
+pub struct SharedLane {
+    sandbox: Arc<Sandbox>,
+    idle: Mutex<Vec<Idle>>,
+    /// Idle children kept at most; the oldest goes first.
+    max_idle: usize,
+}
+
+struct Idle {
+    child: SharedChild,
+    since: Instant,
+}
+
+impl SharedLane {
+    /// A lane keeping at most `max_idle` idle children, which a task on the
+    /// current runtime ends once they have waited [`IDLE_TIMEOUT`].
+    pub fn new(sandbox: Arc<Sandbox>, max_idle: usize) -> Arc<SharedLane> {
+        let lane = Arc::new(SharedLane { sandbox, idle: Mutex::default(), max_idle: max_idle.max(1) });
+        tokio::spawn(reap(Arc::downgrade(&lane)));
+        lane
+    }
+
+    /// Whether `spec` runs in this lane: a Python job of a shared batch.
+    pub fn takes(spec: &JobSpec) -> Option<&str> {
+        spec.shared_lane.as_deref().filter(|_| spec.language == Language::Python)
+    }
+
+    /// Runs `spec` in an idle child of batch `lane`, or a new one.
+    pub async fn run(&self, lane: &str, spec: &JobSpec, cancel: &CancellationToken) -> RunReport {
+        let started = Instant::now();
+        let idle = self.take(lane);
+        let (child, boot) = match idle {
+            Some(child) => (Ok(child), Duration::ZERO),
+            None => (SharedChild::boot(&self.sandbox, lane).await, started.elapsed()),
+        };
+        let mut child = match child {
+            Ok(child) => child,
+            Err(e) => {
+                tracing::error!(error = %e, "sandbox failed to start a shared child");
+                let outcome = Outcome::internal_error("runbox could not start the sandbox for this job");
+                return RunReport { outcome, boot };
+            }
+        };
+        let (outcome, reusable) = child.run(spec, &self.sandbox, cancel).await;
+        if reusable {
+            self.put(child);
+        } else {
+            retire(vec![child]);
+        }
+        RunReport { outcome, boot }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Idle>> {
+        self.idle.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Takes an idle child of `lane` that still looks clean.
+    fn take(&self, lane: &str) -> Option<SharedChild> {
+        loop {
+            let mut idle = self.lock();
+            let at = idle.iter().rposition(|i| i.child.lane == lane)?;
+            let Idle { mut child, .. } = idle.swap_remove(at);
+            drop(idle);
+            // A thread a job started can take a moment to appear.
+            if child.is_clean() {
+                return Some(child);
+            }
+            retire(vec![child]);
+        }
+    }
+
+    fn put(&self, child: SharedChild) {
+        let mut idle = self.lock();
+        idle.push(Idle { child, since: Instant::now() });
+        let excess = idle.len().saturating_sub(self.max_idle);
+        let gone: Vec<SharedChild> = idle.drain(..excess).map(|i| i.child).collect();
+        drop(idle);
+        retire(gone);
+    }
+}
+
+/// Ends idle children that waited too long, until the lane is dropped.
+async fn reap(lane: Weak<SharedLane>) {
+    loop {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let Some(lane) = lane.upgrade() else { return };
+        let mut idle = lane.lock();
+        let (expired, kept): (Vec<Idle>, Vec<Idle>) = idle.drain(..).partition(|i| i.since.elapsed() > IDLE_TIMEOUT);
+        *idle = kept;
+        drop(idle);
+        retire(expired.into_iter().map(|i| i.child).collect());
+    }
+}
+
+/// Kills `children` and removes their directories, off the async threads.
+fn retire(children: Vec<SharedChild>) {
+    if children.is_empty() {
+        return;
+    }
+    for child in &children {
+        kill_group(&child.child);
+    }
+    tokio::task::spawn_blocking(move || drop(children));
+}
+
+/// A booted shared child, between jobs.
+struct SharedChild {
+    child: Child,
+    stdin: ChildStdin,
+    stdout: ChildStdout,
+    stderr: ChildStderr,
+    /// The batch whose jobs this child runs.
+    lane: String,
+    /// The child's private directory; removed when this is dropped.
+    _dir: TempDir,
+}
+
+/// How a job in a shared child ended, before it is an [`Outcome`].
+enum Ending {
+    /// The harness wrote both end markers: the program's exit status, and
+    /// whether the child is still fit for another job.
+    Finished {
+        status: i32,
+        clean: bool,
+    },
+    /// The child exited (or closed its pipes) without them.
+    Died,
+    TimedOut,
+    Cancelled,
+    OverMemory,
+}
+
+impl SharedChild {
+    async fn boot(sandbox: &Sandbox, lane: &str) -> Result<SharedChild, SandboxError> {
+        let prepare = {
+            let sandbox = sandbox.clone();
+            tokio::task::spawn_blocking(move || job_dir(&sandbox, Language::Python))
+        };
+        let dir = prepare.await.map_err(std::io::Error::other)??;
+        let (child, stdin, stdout, stderr) = spawn_ready(sandbox, Language::Python, dir.path(), true).await?;
+        Ok(SharedChild { child, stdin, stdout, stderr, lane: lane.to_owned(), _dir: dir })
+    }
+
+    /// Alive, with only the runtime's own threads.
+    fn is_clean(&mut self) -> bool {
+        if !matches!(self.child.try_wait(), Ok(None)) {
+            return false;
+        }
+        let Some(pid) = self.child.id() else { return false };
+        let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return false };
+        tasks.flatten().all(|task| {
+            std::fs::read_to_string(task.path().join("comm"))
+                .is_ok_and(|name| RUNTIME_THREADS.contains(&name.trim_end_matches('\n')))
+        })
+    }
+
+    /// Runs `spec` and returns how it ended, and whether this child may run
+    /// the batch's next job.
+    async fn run(&mut self, spec: &JobSpec, sandbox: &Sandbox, cancel: &CancellationToken) -> (Outcome, bool) {
+        // The api checks file paths; the worker does not trust it to.
+        if let Some(Err(e)) = spec.files.iter().map(|f| InputFile::check_path(&f.path)).find(Result::is_err) {
+            return (Outcome::internal_error(format!("refused the job's files: {e}")), true);
+        }
+        let nonce = uuid::Uuid::new_v4().simple().to_string();
+        let frame = Frame {
+            language: spec.language,
+            code: &spec.code,
+            args: &spec.args,
+            files: &spec.files,
+            nonce: &nonce,
+            memory_mb: sandbox.limits.memory_mb,
+            stdin: Some(&spec.stdin),
+        };
+        let frame = match serde_json::to_vec(&frame) {
+            Ok(frame) => frame,
+            Err(e) => return (Outcome::internal_error(format!("could not encode the job: {e}")), true),
+        };
+        let started = Instant::now();
+        let header = format!("{}\n", frame.len());
+        let sent = tokio::time::timeout(PIPE_TIMEOUT, async {
+            self.stdin.write_all(header.as_bytes()).await?;
+            self.stdin.write_all(&frame).await?;
+            self.stdin.flush().await
+        })
+        .await;
+        if !matches!(sent, Ok(Ok(()))) {
+            return (Outcome::internal_error("the shared runtime stopped taking jobs"), false);
+        }
+
+        let cap = sandbox.limits.max_output_bytes;
+        let out_marker = format!("{END_MARKER}{nonce}:").into_bytes();
+        let err_marker = format!("{END_MARKER}{nonce}\n").into_bytes();
+        let timeout = sandbox.limits.timeout_for(spec);
+        let rss_limit = (u64::from(sandbox.limits.memory_mb) + RUNTIME_RSS_ALLOWANCE_MB) * 1024 * 1024;
+        let pid = self.child.id();
+        let (ending, (out, out_rest), (err, err_rest)) = {
+            let mut out = std::pin::pin!(capture_until(&mut self.stdout, cap, &out_marker));
+            let mut err = std::pin::pin!(capture_until(&mut self.stderr, cap, &err_marker));
+            let stopped = tokio::select! {
+                (out, err) = async { tokio::join!(&mut out, &mut err) } => Err((out, err)),
+                () = tokio::time::sleep(timeout) => Ok(Ending::TimedOut),
+                () = cancel.cancelled() => Ok(Ending::Cancelled),
+                () = watch_rss(pid, rss_limit) => Ok(Ending::OverMemory),
+            };
+            match stopped {
+                Err((out, err)) => (Ending::Died, out, err),
+                Ok(ending) => {
+                    // Killed: the pipes close, and what was read so far is kept.
+                    kill_group(&self.child);
+                    let out = tokio::time::timeout(DRAIN_TIMEOUT, &mut out).await.unwrap_or_default();
+                    let err = tokio::time::timeout(DRAIN_TIMEOUT, &mut err).await.unwrap_or_default();
+                    (ending, out, err)
+                }
+            }
+        };
+        let duration = started.elapsed();
+        let ending = match (ending, out_rest, err_rest) {
+            // Bytes after stderr's marker were written outside any job.
+            (Ending::Died, Some(rest), Some(err_rest)) => self.read_status(rest, err_rest.is_empty()).await,
+            (ending, ..) => ending,
+        };
+        self.finish(ending, out, err, duration, spec, &nonce).await
+    }
+
+    /// Reads the rest of stdout's end marker, `<status>:<clean>\n`, of
+    /// which `rest` has arrived.
+    async fn read_status(&mut self, mut rest: Vec<u8>, quiet: bool) -> Ending {
+        let read = tokio::time::timeout(PIPE_TIMEOUT, async {
+            while !rest.contains(&b'\n') && rest.len() < 32 {
+                let mut byte = [0u8; 32];
+                match self.stdout.read(&mut byte).await {
+                    Ok(0) | Err(_) => return false,
+                    Ok(n) => rest.extend_from_slice(&byte[..n]),
+                }
+            }
+            true
+        })
+        .await;
+        let text = String::from_utf8_lossy(&rest);
+        let parsed = text
+            .strip_suffix('\n')
+            .and_then(|line| line.split_once(':'))
+            .and_then(|(status, clean)| Some((status.parse::<i32>().ok()?, clean == "1")));
+        match (read, parsed) {
+            (Ok(true), Some((status, clean))) => Ending::Finished { status, clean: clean && quiet },
+            _ => Ending::Died,
+        }
+    }
+
+    async fn finish(
+        &mut self,
+        ending: Ending,
+        stdout: Captured,
+        mut stderr: Captured,
+        duration: Duration,
+        spec: &JobSpec,
+        nonce: &str,
+    ) -> (Outcome, bool) {
+        let (status, exit_code, signal, reusable) = match ending {
+            Ending::Finished { status, clean } => (Status::Completed, Some(status), None, clean && self.is_clean()),
+            Ending::TimedOut => (Status::Timeout, None, None, false),
+            Ending::Cancelled => (Status::Cancelled, None, None, false),
+            Ending::OverMemory => (Status::MemoryExceeded, None, None, false),
+            Ending::Died => {
+                let exited = tokio::time::timeout(DRAIN_TIMEOUT, self.child.wait()).await;
+                let memory_reported = stderr.strip_trailing(format!("{MEMORY_MARKER}{nonce}\n").as_bytes());
+                match exited {
+                    _ if memory_reported => (Status::MemoryExceeded, None, None, false),
+                    Ok(Ok(exit)) => {
+                        let (status, code, signal) = classify(exit, &stderr);
+                        (status, code, signal, false)
+                    }
+                    _ => {
+                        kill_group(&self.child);
+                        (Status::InternalError, None, None, false)
+                    }
+                }
+            }
+        };
+        (outcome(spec, status, exit_code, signal, &stdout, &stderr, duration), reusable)
+    }
+}

@@ -1,0 +1,192 @@
+//! The shared lane: a batch's Python jobs run one after another in one
+//! child, each in a fresh interpreter. Nothing one job does may reach the
+//! next job's state, output or verdict, and a job that dies takes only its
+//! own child with it.
+
+use std::time::Duration;
+
+use runbox_common::{JobSpec, Status, Verdict};
+use runbox_worker::sandbox::{RunReport, Runner};
+use tokio_util::sync::CancellationToken;
+
+use crate::util::{Py, assert_status, limits, runner_with, spec};
+
+fn in_lane(lane: &str, code: &str) -> JobSpec {
+    JobSpec { shared_lane: Some(lane.to_owned()), ..spec(Py, code) }
+}
+
+fn expecting(lane: &str, code: &str, expected: &str) -> JobSpec {
+    JobSpec { expected_stdout: Some(expected.to_owned()), ..in_lane(lane, code) }
+}
+
+async fn run(runner: &Runner, spec: &JobSpec) -> RunReport {
+    runner.run(spec, &CancellationToken::new()).await
+}
+
+/// A job that reused the previous job's child had no boot to wait for.
+#[track_caller]
+fn assert_reused(report: &RunReport, reused: bool) {
+    assert_eq!(report.boot.is_zero(), reused, "boot {:?}: {:#?}", report.boot, report.outcome);
+}
+
+async fn runner() -> Runner {
+    runner_with(limits(), &std::env::temp_dir()).await
+}
+
+#[tokio::test]
+async fn python_state_does_not_outlive_its_job() {
+    let runner = runner().await;
+    let lane = "state";
+    let first = run(&runner, &in_lane(lane, "import random; print(random.random())")).await;
+    assert_status(&first.outcome, Status::Completed);
+    let changes = r#"
+import builtins, os, sys, random
+builtins.len = lambda x: -1
+sys.modules["json"] = None
+sys.setrecursionlimit(60)
+sys.path.insert(0, "/nowhere")
+os.environ["LEFT"] = "behind"
+open("left.txt", "w").write("from the last job")
+os.chdir("/tmp")
+print(random.random())
+"#;
+    let changed = run(&runner, &in_lane(lane, changes)).await;
+    assert_eq!((changed.outcome.status, changed.outcome.exit_code), (Status::Completed, Some(0)), "{changed:#?}");
+    assert_reused(&changed, true);
+    assert_ne!(first.outcome.stdout, changed.outcome.stdout, "every job reseeds random");
+
+    let check = r#"
+import json, os, sys
+assert len([1, 2]) == 2
+assert sys.getrecursionlimit() == 1000, sys.getrecursionlimit()
+assert "/nowhere" not in sys.path
+assert "LEFT" not in os.environ
+assert not os.path.exists("left.txt") and not os.path.exists("/tmp/left.txt")
+assert os.getcwd() != "/tmp" or not os.listdir("/tmp")
+assert __name__ == "__main__" and "changes" not in globals()
+print("clean")
+"#;
+    let checked = run(&runner, &expecting(lane, check, "clean\n")).await;
+    assert_reused(&checked, true);
+    assert_eq!(checked.outcome.verdict, Some(Verdict::Accepted), "{checked:#?}");
+}
+
+#[tokio::test]
+async fn a_job_that_touches_the_js_realm_gets_its_child_replaced() {
+    let runner = runner().await;
+    let lane = "realm";
+    let warm = run(&runner, &in_lane(lane, "print(1)")).await;
+    assert_status(&warm.outcome, Status::Completed);
+    let leaves = [
+        // A changed global and a changed built-in prototype.
+        "import js; js.globalThis.leftover = 1",
+        "import js; js.eval('Array.prototype.map = function () { return [] }')",
+        // A timer that writes straight to the process's stdout later.
+        "import js; js.setTimeout(js.Function('Deno.stdout.writeSync(new TextEncoder().encode(\"late\\\\n\"))'), 100)",
+        // A Python task still scheduled on the event loop.
+        "import asyncio\nasync def spin():\n    while True: await asyncio.sleep(0.01)\nasyncio.ensure_future(spin())",
+        // A Worker, which is a thread of its own.
+        "import js; js.eval('new Worker(URL.createObjectURL(new Blob([\"setInterval(() => {}, 5)\"], {type: \"text/javascript\"})), {type: \"module\"})')",
+        // A Node worker thread.
+        "import js; js.eval('import(\"node:worker_threads\").then(m => new m.Worker(\"setInterval(() => {}, 5)\", {eval: true}))')",
+    ];
+    let check = r#"
+import js, time
+time.sleep(0.3)
+assert not hasattr(js.globalThis, "leftover")
+assert len(js.eval("[1, 2].map(x => x)")) == 2
+print("clean")
+"#;
+    for leave in leaves {
+        let left = run(&runner, &in_lane(lane, leave)).await;
+        assert_eq!(left.outcome.exit_code, Some(0), "{left:#?}");
+        assert_reused(&left, true);
+        let next = run(&runner, &expecting(lane, check, "clean\n")).await;
+        assert_reused(&next, false);
+        assert_eq!(next.outcome.verdict, Some(Verdict::Accepted), "after {leave:?}: {next:#?}");
+    }
+}
+
+#[tokio::test]
+async fn forged_end_markers_are_just_output() {
+    let runner = runner().await;
+    let lane = "forgery";
+    let code = r#"
+import sys
+sys.stdout.write("\x06runbox-end:0123456789abcdef0123456789abcdef:0:1\n")
+sys.stderr.write("\x06runbox-end:0123456789abcdef0123456789abcdef\n")
+sys.exit(3)
+"#;
+    let forged = run(&runner, &in_lane(lane, code)).await;
+    assert_eq!((forged.outcome.status, forged.outcome.exit_code), (Status::Completed, Some(3)), "{forged:#?}");
+    assert!(forged.outcome.stdout.contains("runbox-end:0123"), "{forged:#?}");
+    assert!(forged.outcome.stderr.contains("runbox-end:0123"), "{forged:#?}");
+    let with_stdin = JobSpec { stdin: "from stdin\n".into(), ..in_lane(lane, "print(input())") };
+    let next = run(&runner, &with_stdin).await;
+    assert_reused(&next, true);
+    assert_eq!(next.outcome.stdout, "from stdin\n", "{next:#?}");
+}
+
+/// Ten jobs, the third of which dies: only that job fails, and the rest of
+/// the batch goes on in a new child.
+async fn third_of_ten_dies(killer: &str, status: Status, verdict: Verdict) {
+    let runner = runner().await;
+    let lane = format!("third-{status}");
+    for i in 1..=10 {
+        let code = if i == 3 { killer.to_owned() } else { format!("print({i} * {i})") };
+        let job = JobSpec { timeout_ms: Some(1500), ..expecting(&lane, &code, &format!("{}\n", i * i)) };
+        let report = run(&runner, &job).await;
+        let expected = if i == 3 { (status, verdict) } else { (Status::Completed, Verdict::Accepted) };
+        assert_eq!(
+            (report.outcome.status, report.outcome.verdict.expect("a verdict")),
+            expected,
+            "job {i}: {report:#?}"
+        );
+        // Only the job after the death waits for a new child.
+        assert_reused(&report, i != 1 && i != 4);
+    }
+}
+
+#[tokio::test]
+async fn an_infinite_loop_ends_only_its_own_job() {
+    third_of_ten_dies("while True: pass", Status::Timeout, Verdict::Timeout).await;
+}
+
+#[tokio::test]
+async fn a_memory_bomb_ends_only_its_own_job() {
+    let bomb = "blocks = []\nwhile True: blocks.append(bytearray(4 * 1024 * 1024))";
+    third_of_ten_dies(bomb, Status::MemoryExceeded, Verdict::MemoryExceeded).await;
+}
+
+#[tokio::test]
+async fn batches_never_share_a_child() {
+    let runner = runner().await;
+    assert_reused(&run(&runner, &in_lane("one", "print(1)")).await, false);
+    assert_reused(&run(&runner, &in_lane("two", "print(1)")).await, false);
+}
+
+#[tokio::test]
+async fn each_job_has_its_own_output_cap_and_cancel() {
+    let runner = runner().await;
+    let lane = "caps";
+    let flood = run(&runner, &in_lane(lane, "print('x' * 200_000)")).await;
+    assert!(flood.outcome.stdout_truncated, "{flood:#?}");
+    let next = run(&runner, &in_lane(lane, "print('small')")).await;
+    assert_reused(&next, true);
+    assert_eq!((next.outcome.stdout.as_str(), next.outcome.stdout_truncated), ("small\n", false));
+
+    let cancel = CancellationToken::new();
+    let job = in_lane(lane, "import time; print('started', flush=True); time.sleep(30)");
+    let canceller = {
+        let cancel = cancel.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            cancel.cancel();
+        })
+    };
+    let cancelled = runner.run(&job, &cancel).await;
+    canceller.await.expect("canceller");
+    assert_status(&cancelled.outcome, Status::Cancelled);
+    assert_eq!(cancelled.outcome.stdout, "started\n", "output before the kill is kept");
+    assert_reused(&run(&runner, &in_lane(lane, "print(1)")).await, false);
+}
