@@ -49,6 +49,12 @@ const RUNTIME_THREADS: &[&str] = &["deno", "V8 DefaultWorke", "tokio-runtime-w"]
 /// How long a child may take to take a frame, or to finish its end marker.
 const PIPE_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// Resident memory a shared child may hold on top of a single-use child's
+/// allowance: finished jobs' instances that V8 has not collected yet. The
+/// harness collects them once they pass 128 MiB (`COLLECT_AFTER_GROWTH` in
+/// `python.mjs`), so a job near its cap is not mistaken for a memory death.
+const GARBAGE_ALLOWANCE_MB: u64 = 160;
+
 /// How long to wait for the output pipes to close once a child is killed.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(2);
 
@@ -245,7 +251,8 @@ impl SharedChild {
         let out_marker = format!("{END_MARKER}{nonce}:").into_bytes();
         let err_marker = format!("{END_MARKER}{nonce}\n").into_bytes();
         let timeout = sandbox.limits.timeout_for(spec);
-        let rss_limit = (u64::from(sandbox.limits.memory_mb) + RUNTIME_RSS_ALLOWANCE_MB) * 1024 * 1024;
+        let allowance = RUNTIME_RSS_ALLOWANCE_MB + GARBAGE_ALLOWANCE_MB;
+        let rss_limit = (u64::from(sandbox.limits.memory_mb) + allowance) * 1024 * 1024;
         let pid = self.child.id();
         let (ending, (out, out_rest), (err, err_rest)) = {
             let mut out = std::pin::pin!(capture_until(&mut self.stdout, cap, &out_marker));

@@ -190,3 +190,16 @@ async fn each_job_has_its_own_output_cap_and_cancel() {
     assert_eq!(cancelled.outcome.stdout, "started\n", "output before the kill is kept");
     assert_reused(&run(&runner, &in_lane(lane, "print(1)")).await, false);
 }
+
+#[tokio::test]
+async fn a_job_near_its_memory_cap_after_others_is_not_a_memory_death() {
+    let runner = runner().await;
+    let lane = "near-cap";
+    for i in 0..6 {
+        let report = run(&runner, &in_lane(lane, &format!("x = [bytes(1000) for _ in range(20_000)]\nprint({i})"))).await;
+        assert_status(&report.outcome, Status::Completed);
+    }
+    let big = run(&runner, &in_lane(lane, "b = bytearray(180 * 1024 * 1024)\nprint(len(b))")).await;
+    assert_reused(&big, true);
+    assert_eq!((big.outcome.status, big.outcome.stdout.as_str()), (Status::Completed, "188743680\n"), "{big:#?}");
+}
