@@ -196,7 +196,8 @@ async fn a_job_near_its_memory_cap_after_others_is_not_a_memory_death() {
     let runner = runner().await;
     let lane = "near-cap";
     for i in 0..6 {
-        let report = run(&runner, &in_lane(lane, &format!("x = [bytes(1000) for _ in range(20_000)]\nprint({i})"))).await;
+        let report =
+            run(&runner, &in_lane(lane, &format!("x = [bytes(1000) for _ in range(20_000)]\nprint({i})"))).await;
         assert_status(&report.outcome, Status::Completed);
     }
     let big = run(&runner, &in_lane(lane, "b = bytearray(180 * 1024 * 1024)\nprint(len(b))")).await;
