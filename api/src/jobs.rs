@@ -9,7 +9,7 @@ use axum::extract::rejection::BytesRejection;
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use runbox_common::{Enqueued, Idempotency, JobRecord, Status, Timings, Verdict, now_rfc3339};
+use runbox_common::{Enqueued, Idempotency, JobRecord, OutputFile, Status, Timings, Verdict, now_rfc3339};
 use serde::Serialize;
 use serde_json::json;
 use tokio::time::Instant;
@@ -41,6 +41,10 @@ pub struct JobView {
     duration_ms: Option<u64>,
     stdout_truncated: bool,
     stderr_truncated: bool,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    files: Vec<OutputFile>,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    files_truncated: bool,
     created_at: Option<String>,
     started_at: Option<String>,
     finished_at: Option<String>,
@@ -62,6 +66,8 @@ impl From<JobRecord> for JobView {
             duration_ms: outcome.as_ref().map(|o| o.duration_ms),
             stdout_truncated: outcome.as_ref().is_some_and(|o| o.stdout_truncated),
             stderr_truncated: outcome.as_ref().is_some_and(|o| o.stderr_truncated),
+            files: outcome.as_ref().map(|o| o.files.clone()).unwrap_or_default(),
+            files_truncated: outcome.as_ref().is_some_and(|o| o.files_truncated),
             created_at: record.created_at,
             started_at: record.started_at,
             finished_at: record.finished_at,

@@ -1,7 +1,7 @@
 //! Turns a request body into a [`JobSpec`], or into an error that names the
 //! field and says what to fix. Nothing here panics on input.
 
-use runbox_common::{Compare, FileEncoding, InputFile, JobSpec, Language};
+use runbox_common::{Compare, FileEncoding, InputFile, JobSpec, Language, MAX_RETURN_FILES, ReturnFiles};
 use serde_json::{Map, Value};
 
 use crate::config::{ApiLimits, MAX_WAIT_S};
@@ -9,7 +9,8 @@ use crate::error::ApiError;
 
 /// Fields a job may have. Anything else is refused, so a typo such as
 /// `timeout` for `timeout_ms` is caught instead of silently ignored.
-const FIELDS: &[&str] = &["language", "code", "stdin", "timeout_ms", "args", "expected_stdout", "compare", "files"];
+const FIELDS: &[&str] =
+    &["language", "code", "stdin", "timeout_ms", "args", "expected_stdout", "compare", "files", "return_files"];
 
 /// Most files a job may have.
 pub const MAX_FILES: usize = 64;
@@ -106,6 +107,7 @@ pub fn job_spec_fields(fields: &Map<String, Value>, limits: &ApiLimits) -> Resul
         return Err(ApiError::InvalidField("compare needs expected_stdout".into()));
     }
     let files = files(fields.get("files"), limits)?;
+    let return_files = return_files(fields.get("return_files"), language)?;
     Ok(JobSpec {
         language,
         code,
@@ -115,8 +117,43 @@ pub fn job_spec_fields(fields: &Map<String, Value>, limits: &ApiLimits) -> Resul
         expected_stdout,
         compare,
         files,
+        return_files,
         shared_lane: None,
     })
+}
+
+/// Parses `return_files`: `true`, `false`, or a list of up to
+/// [`MAX_RETURN_FILES`] distinct, safe paths. Python only: a JS or TS child
+/// has no write access, so it has no files to return.
+fn return_files(value: Option<&Value>, language: Language) -> Result<ReturnFiles, ApiError> {
+    let wanted = match value {
+        None | Some(Value::Null | Value::Bool(false)) => return Ok(ReturnFiles::None),
+        Some(Value::Bool(true)) => ReturnFiles::All,
+        Some(Value::Array(items)) if items.len() <= MAX_RETURN_FILES => {
+            let mut paths: Vec<String> = Vec::with_capacity(items.len());
+            for item in items {
+                let Some(path) = item.as_str() else {
+                    return Err(ApiError::InvalidField("return_files must be true, false or an array of paths".into()));
+                };
+                InputFile::check_path(path).map_err(|e| ApiError::InvalidField(format!("return_files: {e}")))?;
+                if paths.iter().any(|p| p == path) {
+                    return Err(ApiError::InvalidField(format!("return_files names {path:?} twice")));
+                }
+                paths.push(path.to_owned());
+            }
+            ReturnFiles::Paths(paths)
+        }
+        Some(Value::Array(_)) => {
+            return Err(ApiError::InvalidField(format!("return_files names at most {MAX_RETURN_FILES} paths")));
+        }
+        Some(_) => return Err(ApiError::InvalidField("return_files must be true, false or an array of paths".into())),
+    };
+    if language != Language::Python {
+        return Err(ApiError::InvalidField(
+            "return_files is for Python jobs: JavaScript and TypeScript programs have no write access".into(),
+        ));
+    }
+    Ok(wanted)
 }
 
 /// Parses `files`: at most [`MAX_FILES`] objects `{path, content,

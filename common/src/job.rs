@@ -79,6 +79,9 @@ pub struct JobSpec {
     /// Files put in the program's working directory before it starts.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub files: Vec<InputFile>,
+    /// Files the program wrote that the result should carry back.
+    #[serde(default, skip_serializing_if = "ReturnFiles::is_none")]
+    pub return_files: ReturnFiles,
     /// Set by the api, never by a client: jobs with the same value (the id
     /// of a batch submitted with `shared_runtime`) may run one after another
     /// in one long-lived child, each in a fresh interpreter.
@@ -104,6 +107,66 @@ pub enum FileEncoding {
     Utf8,
     /// Standard base64 of the bytes.
     Base64,
+}
+
+/// Which files a job's result carries back: none, every file the program
+/// created or changed in its working directory (`true`), or the files at
+/// the given paths (a list).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum ReturnFiles {
+    #[default]
+    None,
+    All,
+    Paths(Vec<String>),
+}
+
+/// Most files a result carries back, and their total bytes before base64.
+pub const MAX_RETURN_FILES: usize = 64;
+pub const MAX_RETURN_FILES_BYTES: usize = 1024 * 1024;
+
+impl ReturnFiles {
+    pub fn is_none(&self) -> bool {
+        *self == ReturnFiles::None
+    }
+}
+
+impl Serialize for ReturnFiles {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match self {
+            ReturnFiles::None => serializer.serialize_bool(false),
+            ReturnFiles::All => serializer.serialize_bool(true),
+            ReturnFiles::Paths(paths) => paths.serialize(serializer),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for ReturnFiles {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Wire {
+            All(bool),
+            Paths(Vec<String>),
+        }
+        Ok(match Wire::deserialize(deserializer)? {
+            Wire::All(false) => ReturnFiles::None,
+            Wire::All(true) => ReturnFiles::All,
+            Wire::Paths(paths) => ReturnFiles::Paths(paths),
+        })
+    }
+}
+
+/// A file the program wrote, as the result carries it back.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OutputFile {
+    pub path: String,
+    /// Standard base64 of the bytes kept.
+    pub content: String,
+    /// The file's whole size in bytes.
+    pub size: u64,
+    /// Fewer bytes were kept than the file has ([`MAX_RETURN_FILES_BYTES`]
+    /// is shared by a job's files, in path order).
+    pub truncated: bool,
 }
 
 impl InputFile {
@@ -149,6 +212,7 @@ impl JobSpec {
             expected_stdout: None,
             compare: Compare::Exact,
             files: Vec::new(),
+            return_files: ReturnFiles::None,
             shared_lane: None,
         }
     }
@@ -295,6 +359,12 @@ pub struct Outcome {
     /// Set when the job had an `expected_stdout`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub verdict: Option<Verdict>,
+    /// The files the job asked back with `return_files`, in path order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub files: Vec<OutputFile>,
+    /// Some file was cut short, or left out past [`MAX_RETURN_FILES`].
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub files_truncated: bool,
 }
 
 impl Outcome {
@@ -324,6 +394,8 @@ impl Outcome {
             stderr_truncated: false,
             duration_ms: 0,
             verdict: None,
+            files: Vec::new(),
+            files_truncated: false,
         }
     }
 }
@@ -398,5 +470,21 @@ mod tests {
         for status in [Status::Completed, Status::MemoryExceeded, Status::WorkerLost, Status::InternalError] {
             assert_eq!(serde_json::to_string(&status).expect("serializes"), format!("{:?}", status.as_str()));
         }
+    }
+
+    #[test]
+    fn return_files_is_a_bool_or_a_list_on_the_wire() {
+        for (wire, value) in [
+            ("false", ReturnFiles::None),
+            ("true", ReturnFiles::All),
+            (r#"["a.txt","b/c"]"#, ReturnFiles::Paths(vec!["a.txt".into(), "b/c".into()])),
+        ] {
+            assert_eq!(serde_json::from_str::<ReturnFiles>(wire).expect("parses"), value);
+            assert_eq!(serde_json::to_string(&value).expect("serializes"), wire);
+        }
+        assert!(serde_json::from_str::<ReturnFiles>("\"yes\"").is_err());
+        let spec: JobSpec = serde_json::from_str(r#"{"language":"py","code":"1"}"#).expect("parses");
+        assert!(spec.return_files.is_none());
+        assert!(!serde_json::to_string(&spec).expect("serializes").contains("return_files"));
     }
 }

@@ -21,7 +21,10 @@ mod sign;
 mod time;
 
 pub use config::{ConfigError, env_or, env_required};
-pub use job::{Compare, FileEncoding, InputFile, JobSpec, Language, Outcome, Status, UnknownLanguage, Verdict};
+pub use job::{
+    Compare, FileEncoding, InputFile, JobSpec, Language, MAX_RETURN_FILES, MAX_RETURN_FILES_BYTES, Outcome, OutputFile,
+    ReturnFiles, Status, UnknownLanguage, Verdict,
+};
 pub use queue::{
     BatchJob, BatchRecord, Cancelled, Claimed, Enqueued, Idempotency, JobRecord, JobSummary, Queue, QueueError, Timings,
 };

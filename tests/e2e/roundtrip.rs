@@ -170,4 +170,21 @@ async fn args_files_and_verdicts_travel_through_the_api() {
         api.submit(json!({ "language": "js", "code": "1", "files": [{ "path": "../x", "content": "" }] }), None).await;
     assert_eq!((status, error["error"]["code"].as_str()), (400, Some("invalid_field")), "{error}");
     assert!(error["error"]["message"].as_str().unwrap_or("").contains("\"../x\""), "names the path: {error}");
+
+    // Files written come back, base64-encoded, without touching stdout.
+    let code = "open('out.txt', 'w').write('written')\nprint('ok')";
+    let (status, job) =
+        api.submit(json!({ "language": "py", "code": code, "return_files": ["out.txt"] }), Some(60)).await;
+    assert_eq!((status, job["stdout"].as_str()), (200, Some("ok\n")), "{job}");
+    assert_eq!(job["files"], json!([{ "path": "out.txt", "content": "d3JpdHRlbg==", "size": 7, "truncated": false }]));
+    assert!(job.get("files_truncated").is_none(), "{job}");
+    for (body, needle) in [
+        (json!({ "language": "js", "code": "1", "return_files": true }), "Python"),
+        (json!({ "language": "py", "code": "1", "return_files": ["/etc/passwd"] }), "/etc/passwd"),
+        (json!({ "language": "py", "code": "1", "return_files": "yes" }), "true, false"),
+    ] {
+        let (status, error) = api.submit(body, None).await;
+        assert_eq!((status, error["error"]["code"].as_str()), (400, Some("invalid_field")), "{error}");
+        assert!(error["error"]["message"].as_str().unwrap_or("").contains(needle), "{needle}: {error}");
+    }
 }

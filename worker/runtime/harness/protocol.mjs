@@ -15,6 +15,10 @@
 // The code arrives over the pipe, never as a file, so the child needs no read
 // access at all once it is booted.
 //
+// A job with `return_files` (Python only) gets, on stdout after the
+// program's last output, FILES_MARKER + nonce + "\n" and one line of JSON,
+// `{"files": [{path, content (base64), size, truncated}], "truncated": bool}`.
+//
 // A shared-lane child (see python.mjs) runs many jobs of one batch, so its
 // stdin carries only frames: the program's stdin is the frame's `stdin`
 // field. After each job the harness writes, in one write each,
@@ -29,6 +33,7 @@
 
 export const READY = "\u0006runbox-ready\n";
 const END_MARKER = "\u0006runbox-end:";
+const FILES_MARKER = "\u0006runbox-files:";
 const MEMORY_MARKER = "\u0006runbox-out-of-memory:";
 const MAX_FRAME = 64 * 1024 * 1024;
 
@@ -96,6 +101,20 @@ export function signalReady() {
 export function signalEnd(nonce, status, clean) {
   writeAll(1, encode(`${END_MARKER}${nonce}:${status}:${clean ? 1 : 0}\n`));
   writeAll(2, encode(`${END_MARKER}${nonce}\n`));
+}
+
+/** Sends the files a job asked back; see the header. */
+export function sendFiles(nonce, files) {
+  writeAll(1, encode(`${FILES_MARKER}${nonce}\n${JSON.stringify(files)}\n`));
+}
+
+/** Standard base64 of `bytes`. */
+export function base64(bytes) {
+  let text = "";
+  for (let at = 0; at < bytes.length; at += 0x8000) {
+    text += String.fromCharCode.apply(null, bytes.subarray(at, at + 0x8000));
+  }
+  return btoa(text);
 }
 
 /** Blocks until the runner sends a job frame, and returns it. */

@@ -18,12 +18,14 @@
 import { loadPyodideFrom, pyodideFactory } from "./pyodide.mjs";
 import {
   awaitJob,
+  base64,
   dropPersistentStorage,
   exit,
   hideHostDetails,
   readFrame,
   readRest,
   reportOutOfMemory,
+  sendFiles,
   signalEnd,
   signalReady,
   wasmMemorySize,
@@ -159,6 +161,8 @@ function prepare(pyodide) {
 /** Runs `job` with `stdin` in a prepared instance; returns the exit status. */
 async function runJob({ pyodide, runMain }, job, stdin) {
   writeFiles(pyodide, job.files ?? []);
+  // Returned files are found from where the program started, wherever it went.
+  const home = pyodide.FS.cwd();
   let consumed = 0;
   pyodide.setStdin({
     read(buffer) {
@@ -175,20 +179,80 @@ async function runJob({ pyodide, runMain }, job, stdin) {
   // A MemoryError the program raised itself is just an error; one raised
   // after Python's heap really grew to half the cap or more is out of memory.
   if (result & ENDED_BY_MEMORY_ERROR && largestWasmMemory() >= halfCap) reportOutOfMemory(job.nonce);
+  if (job.return_files) sendFiles(job.nonce, filesWritten(pyodide.FS, home, job));
   return result & 0xff;
+}
+
+/**
+ * The files `job.return_files` asks for, under `home`, in path order: the
+ * listed paths that are regular files, or with `true` every regular file
+ * (links are not followed) except input files the program left unchanged.
+ * At most `max_files` files and `max_bytes` bytes in all are kept.
+ */
+function filesWritten(FS, home, job) {
+  const { want, max_files: maxFiles, max_bytes: maxBytes } = job.return_files;
+  const isFile = (path) => {
+    try {
+      return FS.isFile(FS.lstat(`${home}/${path}`).mode);
+    } catch {
+      return false;
+    }
+  };
+  const paths = want === true ? walk(FS, home, "") : want.filter(isFile);
+  paths.sort();
+  const given = new Map((job.files ?? []).map((file) => [file.path, file]));
+  const out = { files: [], truncated: false };
+  let budget = maxBytes;
+  for (const path of paths) {
+    const bytes = FS.readFile(`${home}/${path}`);
+    if (want === true && given.has(path) && sameBytes(bytes, inputBytes(given.get(path)))) continue;
+    if (out.files.length === maxFiles) {
+      out.truncated = true;
+      break;
+    }
+    const kept = bytes.subarray(0, budget);
+    budget -= kept.length;
+    const truncated = kept.length < bytes.length;
+    out.truncated ||= truncated;
+    out.files.push({ path, content: base64(kept), size: bytes.length, truncated });
+  }
+  return out;
+}
+
+/** Relative paths of the regular files under `dir`, not following links. */
+function walk(FS, dir, prefix) {
+  const found = [];
+  for (const name of FS.readdir(dir)) {
+    if (name === "." || name === "..") continue;
+    const mode = FS.lstat(`${dir}/${name}`).mode;
+    if (FS.isDir(mode)) found.push(...walk(FS, `${dir}/${name}`, `${prefix}${name}/`));
+    else if (FS.isFile(mode)) found.push(`${prefix}${name}`);
+  }
+  return found;
+}
+
+function sameBytes(a, b) {
+  if (a.length !== b.length) return false;
+  for (let i = 0; i < a.length; i++) if (a[i] !== b[i]) return false;
+  return true;
 }
 
 /** Puts the job's files in Pyodide's in-memory file system, under the working directory. */
 function writeFiles(pyodide, files) {
   const FS = pyodide.FS;
-  for (const { path, content, encoding } of files) {
-    const bytes = encoding === "base64"
-      ? Uint8Array.from(atob(content), (c) => c.charCodeAt(0))
-      : new TextEncoder().encode(content);
+  for (const file of files) {
+    const { path } = file;
+    const bytes = inputBytes(file);
     const slash = path.lastIndexOf("/");
     if (slash > 0) FS.mkdirTree(path.slice(0, slash));
     FS.writeFile(path, bytes);
   }
+}
+
+function inputBytes({ content, encoding }) {
+  return encoding === "base64"
+    ? Uint8Array.from(atob(content), (c) => c.charCodeAt(0))
+    : new TextEncoder().encode(content);
 }
 
 function largestWasmMemory() {

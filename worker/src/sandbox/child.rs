@@ -12,7 +12,9 @@ use std::time::{Duration, Instant};
 
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
-use runbox_common::{InputFile, JobSpec, Language, Outcome, Status};
+use runbox_common::{
+    InputFile, JobSpec, Language, MAX_RETURN_FILES, MAX_RETURN_FILES_BYTES, Outcome, ReturnFiles, Status,
+};
 use serde::Serialize;
 use tempfile::TempDir;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -20,7 +22,7 @@ use tokio::process::{Child, ChildStderr, ChildStdin, ChildStdout};
 use tokio_util::sync::CancellationToken;
 
 use super::command::{FILES_DIR, deno_command};
-use super::output::{Captured, capture};
+use super::output::{Captured, capture, capture_with_files, returned_files};
 use super::{Sandbox, SandboxError};
 
 /// Written by a harness once it is booted; see `runtime/harness/protocol.mjs`.
@@ -29,6 +31,10 @@ const READY: &[u8] = b"\x06runbox-ready\n";
 /// What a harness writes last on stderr, before the job's nonce, when the
 /// program ran out of memory; see `runtime/harness/protocol.mjs`.
 pub(super) const MEMORY_MARKER: &str = "\u{6}runbox-out-of-memory:";
+
+/// What a harness writes on stdout, before the job's nonce, ahead of the
+/// files the job asked back; see `runtime/harness/protocol.mjs`.
+pub(super) const FILES_MARKER: &str = "\u{6}runbox-files:";
 
 /// Entries of a child's DENO_DIR that Deno would fill with data the program
 /// controls: web storage (`location_data`, from a Worker too, where the
@@ -86,6 +92,26 @@ pub(super) struct Frame<'a> {
     /// only frames. A single-use child's program reads what follows the frame.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub stdin: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub return_files: Option<ReturnFrame<'a>>,
+}
+
+/// What files to send back, and how many bytes at most.
+#[derive(Serialize)]
+pub(super) struct ReturnFrame<'a> {
+    pub want: &'a ReturnFiles,
+    pub max_files: usize,
+    pub max_bytes: usize,
+}
+
+impl<'a> ReturnFrame<'a> {
+    pub fn of(spec: &'a JobSpec) -> Option<ReturnFrame<'a>> {
+        (!spec.return_files.is_none()).then_some(ReturnFrame {
+            want: &spec.return_files,
+            max_files: MAX_RETURN_FILES,
+            max_bytes: MAX_RETURN_FILES_BYTES,
+        })
+    }
 }
 
 enum Ending {
@@ -152,6 +178,7 @@ impl BootedChild {
             nonce: &nonce,
             memory_mb: sandbox.limits.memory_mb,
             stdin: None,
+            return_files: ReturnFrame::of(spec),
         };
         let frame = match serde_json::to_vec(&frame) {
             Ok(frame) => frame,
@@ -170,7 +197,8 @@ impl BootedChild {
             let _ = stdin.shutdown().await;
         });
         let cap = sandbox.limits.max_output_bytes;
-        let out = tokio::spawn(capture(stdout, cap));
+        let files_marker = ReturnFrame::of(spec).map(|_| format!("{FILES_MARKER}{nonce}\n").into_bytes());
+        let out = tokio::spawn(capture_with_files(stdout, cap, files_marker));
         let err = tokio::spawn(capture(stderr, cap));
 
         let timeout = sandbox.limits.timeout_for(spec);
@@ -192,7 +220,7 @@ impl BootedChild {
         }
         let duration = started.elapsed();
         writer.abort();
-        let stdout = drain(out).await;
+        let (stdout, files) = drain(out).await;
         let mut stderr = drain(err).await;
         let memory_reported = stderr.strip_trailing(format!("{MEMORY_MARKER}{nonce}\n").as_bytes());
 
@@ -205,7 +233,11 @@ impl BootedChild {
         };
         // Removing a directory is blocking file-system work: not on the async threads.
         let _ = tokio::task::spawn_blocking(move || drop(dir)).await;
-        outcome(spec, status, exit_code, signal, &stdout, &stderr, duration)
+        let mut outcome = outcome(spec, status, exit_code, signal, &stdout, &stderr, duration);
+        if let Some(section) = files {
+            (outcome.files, outcome.files_truncated) = returned_files(&section);
+        }
+        outcome
     }
 }
 
@@ -229,6 +261,8 @@ pub(super) fn outcome(
         stderr_truncated: stderr.truncated,
         duration_ms: u64::try_from(duration.as_millis()).unwrap_or(u64::MAX),
         verdict: None,
+        files: Vec::new(),
+        files_truncated: false,
     };
     outcome.verdict = spec.verdict(&outcome);
     outcome
@@ -278,6 +312,7 @@ pub async fn prime_cache(sandbox: &Sandbox) -> Result<TempDir, SandboxError> {
             nonce: "",
             memory_mb: sandbox.limits.memory_mb,
             stdin: None,
+            return_files: None,
         };
         let frame = serde_json::to_vec(&frame).map_err(std::io::Error::other)?;
         stdin.write_all(format!("{}\n", frame.len()).as_bytes()).await?;
@@ -413,9 +448,9 @@ pub(super) async fn watch_rss(pid: Option<u32>, limit: u64) {
     }
 }
 
-async fn drain(task: tokio::task::JoinHandle<Captured>) -> Captured {
+async fn drain<T: Default>(task: tokio::task::JoinHandle<T>) -> T {
     match tokio::time::timeout(DRAIN_TIMEOUT, task).await {
         Ok(Ok(captured)) => captured,
-        _ => Captured::default(),
+        _ => T::default(),
     }
 }

@@ -1,3 +1,4 @@
+use runbox_common::{InputFile, MAX_RETURN_FILES, MAX_RETURN_FILES_BYTES, OutputFile};
 use tokio::io::{AsyncRead, AsyncReadExt};
 
 /// Bytes kept of the end of each stream, past the cap: where the harness's
@@ -78,18 +79,19 @@ pub async fn capture_until(
     cap: usize,
     marker: &[u8],
 ) -> (Captured, Option<Vec<u8>>) {
+    capture_after(stream, Vec::new(), cap, marker).await
+}
+
+/// [`capture_until`], for a stream of which `pending` has been read already.
+pub async fn capture_after(
+    stream: &mut (impl AsyncRead + Unpin),
+    mut pending: Vec<u8>,
+    cap: usize,
+    marker: &[u8],
+) -> (Captured, Option<Vec<u8>>) {
     let mut captured = Captured::default();
-    let mut pending = Vec::new();
     let mut chunk = vec![0u8; 64 * 1024];
     loop {
-        let n = match stream.read(&mut chunk).await {
-            Ok(0) | Err(_) => {
-                captured.push(&pending, cap);
-                return (captured, None);
-            }
-            Ok(n) => n,
-        };
-        pending.extend_from_slice(&chunk[..n]);
         if let Some(at) = pending.windows(marker.len()).position(|w| w == marker) {
             captured.push(&pending[..at], cap);
             return (captured, Some(pending.split_off(at + marker.len())));
@@ -97,6 +99,54 @@ pub async fn capture_until(
         let settled = pending.len().saturating_sub(marker.len() - 1);
         captured.push(&pending[..settled], cap);
         pending.drain(..settled);
+        match stream.read(&mut chunk).await {
+            Ok(0) | Err(_) => {
+                captured.push(&pending, cap);
+                return (captured, None);
+            }
+            Ok(n) => pending.extend_from_slice(&chunk[..n]),
+        }
+    }
+}
+
+/// Largest returned-files section a harness can honestly write: the kept
+/// bytes in base64, plus each file's path and fields.
+pub const FILES_SECTION_LIMIT: usize = MAX_RETURN_FILES_BYTES / 3 * 4 + 4 + MAX_RETURN_FILES * 512 + 64;
+
+/// Reads a single-use child's stdout: the program's output, capped, and,
+/// when `marker` is given, the returned-files section after it (see
+/// `runtime/harness/protocol.mjs`), read to the end.
+pub async fn capture_with_files(
+    mut stream: impl AsyncRead + Unpin,
+    cap: usize,
+    marker: Option<Vec<u8>>,
+) -> (Captured, Option<Vec<u8>>) {
+    let Some(marker) = marker else { return (capture(stream, cap).await, None) };
+    let (captured, rest) = capture_until(&mut stream, cap, &marker).await;
+    let Some(rest) = rest else { return (captured, None) };
+    let mut section = capture(stream, FILES_SECTION_LIMIT).await;
+    let mut bytes = rest;
+    bytes.append(&mut section.bytes);
+    let whole = !section.truncated && bytes.len() <= FILES_SECTION_LIMIT;
+    (captured, Some(if whole { bytes } else { Vec::new() }))
+}
+
+/// The files a returned-files section holds, and whether any were cut or
+/// left out. A section that is not what the harness writes (too large,
+/// malformed, or naming a bad path) yields no files, flagged as truncated.
+pub fn returned_files(section: &[u8]) -> (Vec<OutputFile>, bool) {
+    #[derive(serde::Deserialize)]
+    struct Section {
+        files: Vec<OutputFile>,
+        truncated: bool,
+    }
+    match serde_json::from_slice::<Section>(section) {
+        Ok(Section { files, truncated })
+            if files.len() <= MAX_RETURN_FILES && files.iter().all(|f| InputFile::check_path(&f.path).is_ok()) =>
+        {
+            (files, truncated)
+        }
+        _ => (Vec::new(), true),
     }
 }
 

@@ -31,9 +31,10 @@ use tokio::process::{Child, ChildStderr, ChildStdin, ChildStdout};
 use tokio_util::sync::CancellationToken;
 
 use super::child::{
-    Frame, MEMORY_MARKER, RUNTIME_RSS_ALLOWANCE_MB, classify, job_dir, kill_group, outcome, spawn_ready, watch_rss,
+    FILES_MARKER, Frame, MEMORY_MARKER, RUNTIME_RSS_ALLOWANCE_MB, ReturnFrame, classify, job_dir, kill_group, outcome,
+    spawn_ready, watch_rss,
 };
-use super::output::{Captured, capture_until};
+use super::output::{Captured, FILES_SECTION_LIMIT, capture_after, capture_until, returned_files};
 use super::{RunReport, Sandbox, SandboxError};
 
 /// What the harness writes after each job, before the job's nonce.
@@ -230,6 +231,7 @@ impl SharedChild {
             nonce: &nonce,
             memory_mb: sandbox.limits.memory_mb,
             stdin: Some(&spec.stdin),
+            return_files: ReturnFrame::of(spec),
         };
         let frame = match serde_json::to_vec(&frame) {
             Ok(frame) => frame,
@@ -253,9 +255,24 @@ impl SharedChild {
         let timeout = sandbox.limits.timeout_for(spec);
         let allowance = RUNTIME_RSS_ALLOWANCE_MB + GARBAGE_ALLOWANCE_MB;
         let rss_limit = (u64::from(sandbox.limits.memory_mb) + allowance) * 1024 * 1024;
+        let files_marker = ReturnFrame::of(spec).map(|_| format!("{FILES_MARKER}{nonce}\n").into_bytes());
         let pid = self.child.id();
-        let (ending, (out, out_rest), (err, err_rest)) = {
-            let mut out = std::pin::pin!(capture_until(&mut self.stdout, cap, &out_marker));
+        let stdout = &mut self.stdout;
+        // stdout: the program's output, then the files it asked back, if
+        // any, then the end marker.
+        let read_stdout = async {
+            let Some(files_marker) = &files_marker else {
+                let (captured, rest) = capture_until(stdout, cap, &out_marker).await;
+                return (captured, None, rest);
+            };
+            let (captured, rest) = capture_until(stdout, cap, files_marker).await;
+            let Some(rest) = rest else { return (captured, None, None) };
+            let (section, rest) = capture_after(stdout, rest, FILES_SECTION_LIMIT, &out_marker).await;
+            let section = if section.truncated { Vec::new() } else { section.bytes };
+            (captured, Some(section), rest)
+        };
+        let (ending, (out, files, out_rest), (err, err_rest)) = {
+            let mut out = std::pin::pin!(read_stdout);
             let mut err = std::pin::pin!(capture_until(&mut self.stderr, cap, &err_marker));
             let stopped = tokio::select! {
                 (out, err) = async { tokio::join!(&mut out, &mut err) } => Err((out, err)),
@@ -280,7 +297,11 @@ impl SharedChild {
             (Ending::Died, Some(rest), Some(err_rest)) => self.read_status(rest, err_rest.is_empty()).await,
             (ending, ..) => ending,
         };
-        self.finish(ending, out, err, duration, spec, &nonce).await
+        let (mut outcome, reusable) = self.finish(ending, out, err, duration, spec, &nonce).await;
+        if let Some(section) = files {
+            (outcome.files, outcome.files_truncated) = returned_files(&section);
+        }
+        (outcome, reusable)
     }
 
     /// Reads the rest of stdout's end marker, `<status>:<clean>\n`, of

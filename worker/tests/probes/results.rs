@@ -147,3 +147,60 @@ async fn verdicts_compare_stdout_with_what_was_expected() {
     assert_eq!(judged(Js, "for (;;) {}", "4\n", Compare::Exact).await, Some(Verdict::Timeout));
     assert_eq!(run(Js, "console.log(4)").await.verdict, None, "no expectation, no verdict");
 }
+
+fn decoded(file: &runbox_common::OutputFile) -> Vec<u8> {
+    use base64::Engine;
+    base64::engine::general_purpose::STANDARD.decode(&file.content).expect("base64")
+}
+
+/// `return_files` in both lanes: what the program wrote comes back, and
+/// nothing else, within the cap, without touching stdout.
+#[tokio::test]
+async fn python_returns_the_files_it_wrote() {
+    use runbox_common::{FileEncoding, InputFile, JobSpec, MAX_RETURN_FILES_BYTES, ReturnFiles};
+    use tokio_util::sync::CancellationToken;
+    let code = r#"
+import os
+os.makedirs("out/deep", exist_ok=True)
+open("out/deep/a.txt", "w").write("hello")
+open("bin.dat", "wb").write(bytes(range(256)))
+open("changed.txt", "w").write("new")
+os.symlink("/etc/passwd", "link")
+os.chdir("out")
+print("done")
+"#;
+    let input = |path: &str| InputFile { path: path.into(), content: "given".into(), encoding: FileEncoding::Utf8 };
+    for shared_lane in [None, Some("returned-files".to_owned())] {
+        let runner = runner_with(limits(), &std::env::temp_dir()).await;
+        let job = JobSpec {
+            files: vec![input("kept.txt"), input("changed.txt")],
+            return_files: ReturnFiles::All,
+            shared_lane: shared_lane.clone(),
+            ..spec(Py, code)
+        };
+        let outcome = runner.run(&job, &CancellationToken::new()).await.outcome;
+        assert_eq!((outcome.stdout.as_str(), outcome.exit_code), ("done\n", Some(0)), "{outcome:#?}");
+        let paths: Vec<&str> = outcome.files.iter().map(|f| f.path.as_str()).collect();
+        // Sorted; the unchanged input and the link are not returned.
+        assert_eq!(paths, ["bin.dat", "changed.txt", "out/deep/a.txt"], "{shared_lane:?}: {outcome:#?}");
+        assert_eq!(decoded(&outcome.files[0]), (0..=255).collect::<Vec<u8>>());
+        assert_eq!(decoded(&outcome.files[1]), b"new");
+        assert!(!outcome.files_truncated && outcome.files.iter().all(|f| !f.truncated));
+
+        let listed = JobSpec {
+            return_files: ReturnFiles::Paths(vec!["kept.txt".into(), "missing.txt".into(), "link".into()]),
+            ..job.clone()
+        };
+        let outcome = runner.run(&listed, &CancellationToken::new()).await.outcome;
+        let paths: Vec<&str> = outcome.files.iter().map(|f| f.path.as_str()).collect();
+        assert_eq!(paths, ["kept.txt"], "{outcome:#?}");
+
+        let code = "open('a.bin', 'wb').write(b'a' * 900_000)\nopen('b.bin', 'wb').write(b'b' * 900_000)";
+        let big = JobSpec { return_files: ReturnFiles::All, shared_lane: shared_lane.clone(), ..spec(Py, code) };
+        let outcome = runner.run(&big, &CancellationToken::new()).await.outcome;
+        assert!(outcome.files_truncated, "{:?}", outcome.files.iter().map(|f| (&f.path, f.size)).collect::<Vec<_>>());
+        let kept: usize = outcome.files.iter().map(|f| decoded(f).len()).sum();
+        assert_eq!(kept, MAX_RETURN_FILES_BYTES);
+        assert_eq!((outcome.files[1].size, outcome.files[1].truncated), (900_000, true));
+    }
+}
