@@ -27,10 +27,10 @@ use crate::AppState;
 use crate::auth::Caller;
 use crate::error::{ApiError, BatchItemError};
 use crate::jobs::{CANCEL_CONFIRM, JobView, RECHECK_EVERY, idempotency_key, is_final_status, json_body, long_poll};
-use crate::validate;
+use crate::{callbacks, validate};
 
 /// Fields a batch may have.
-const FIELDS: &[&str] = &["jobs", "program", "cases", "stop_on_first_failure", "shared_runtime"];
+const FIELDS: &[&str] = &["jobs", "program", "cases", "stop_on_first_failure", "shared_runtime", "callback_url"];
 
 /// A job as the JSON object a client sent.
 type JobObject = Map<String, Value>;
@@ -87,6 +87,7 @@ pub async fn submit(
         Some(Value::Bool(shared)) => *shared,
         Some(_) => return Err(ApiError::InvalidField("shared_runtime must be true or false".into())),
     };
+    let callback = callbacks::check_url(&state, &caller.0, fields.get("callback_url")).await?;
     let items = batch_items(&fields)?;
     if items.is_empty() || items.len() > limits.max_batch {
         return Err(ApiError::InvalidField(format!(
@@ -99,6 +100,10 @@ pub async fn submit(
     let mut specs = Vec::with_capacity(items.len());
     let mut errors = Vec::new();
     for (index, item) in items.into_iter().enumerate() {
+        let item = item.and_then(|job| match job.contains_key("callback_url") {
+            true => Err(ApiError::InvalidField("callback_url belongs on the batch, not on its jobs".into())),
+            false => Ok(job),
+        });
         match item.and_then(|job| validate::job_spec_fields(&job, limits)) {
             Ok(spec) => specs.push(spec),
             Err(error) => errors.push(BatchItemError::new(index, &error)),
@@ -124,7 +129,16 @@ pub async fn submit(
     let idempotency = idempotency_key(&headers)?.map(|key| Idempotency { key, ttl: limits.result_ttl });
     let enqueued = state
         .queue
-        .enqueue_batch(&batch_id, &caller.0, &now_rfc3339(), &jobs, stop_on_failure, limits.max_queue, idempotency)
+        .enqueue_batch(
+            &batch_id,
+            &caller.0,
+            &now_rfc3339(),
+            &jobs,
+            stop_on_failure,
+            limits.max_queue,
+            idempotency,
+            callback.as_deref(),
+        )
         .await?;
     let (batch_id, job_ids) = match enqueued {
         Enqueued::Accepted => {
@@ -281,6 +295,14 @@ async fn wait_for_batch(state: &AppState, id: &str, caller: &Caller, wait: Durat
     }
     let read = || async { state.queue.get_batch(id).await?.filter(|b| b.owner == caller.0).ok_or(ApiError::NotFound) };
     long_poll(state, id, wait, read, |batch: &BatchRecord| batch.done >= batch.job_ids.len() as u64).await
+}
+
+/// Batch `id` without its jobs, as a callback carries it; None if expired.
+pub async fn summary(state: &AppState, id: &str) -> Result<Option<BatchView>, ApiError> {
+    match state.queue.get_batch(id).await? {
+        Some(batch) => Ok(Some(view(state, batch, 0, 0).await?)),
+        None => Ok(None),
+    }
 }
 
 async fn view(state: &AppState, batch: BatchRecord, offset: usize, limit: usize) -> Result<BatchView, ApiError> {

@@ -3,6 +3,7 @@ use std::time::Duration;
 use runbox_common::{ConfigError, SigningKey, env_or, env_required};
 
 use crate::auth::Tokens;
+use crate::callbacks::CallbackConfig;
 
 /// The api's settings, read from the environment once at start-up.
 #[derive(Debug, Clone)]
@@ -18,6 +19,8 @@ pub struct ApiConfig {
     /// `PORT`: where the api listens.
     pub port: u16,
     pub limits: ApiLimits,
+    /// `RUNBOX_CALLBACK_SECRETS` and `RUNBOX_CALLBACK_ALLOW`.
+    pub callbacks: CallbackConfig,
 }
 
 /// What the api accepts.
@@ -106,6 +109,10 @@ impl ApiConfig {
             queue: env_or("RUNBOX_QUEUE", "default".to_owned())?,
             port: env_or("PORT", 8080)?,
             limits,
+            callbacks: CallbackConfig::parse(
+                &env_or("RUNBOX_CALLBACK_SECRETS", String::new())?,
+                &env_or("RUNBOX_CALLBACK_ALLOW", String::new())?,
+            )?,
         })
     }
 }

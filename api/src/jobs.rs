@@ -17,7 +17,7 @@ use tokio::time::Instant;
 use crate::AppState;
 use crate::auth::Caller;
 use crate::error::ApiError;
-use crate::validate;
+use crate::{callbacks, validate};
 
 /// How long a DELETE waits for the worker to confirm the kill.
 pub(crate) const CANCEL_CONFIRM: Duration = Duration::from_secs(2);
@@ -131,7 +131,9 @@ pub async fn submit(
 ) -> Result<Response, ApiError> {
     let wait = validate::wait_seconds(query.get("wait").map(String::as_str))?;
     let body = json_body(&headers, body, state.config.limits.max_body_bytes())?;
-    let spec = validate::job_spec(&body, &state.config.limits)?;
+    let fields = validate::json_object(&body)?;
+    let spec = validate::job_spec_fields(&fields, &state.config.limits)?;
+    let callback = callbacks::check_url(&state, &caller.0, fields.get("callback_url")).await?;
 
     let id = uuid::Uuid::new_v4().to_string();
     let payload = serde_json::to_string(&spec).map_err(|e| ApiError::InvalidJson(e.to_string()))?;
@@ -149,6 +151,7 @@ pub async fn submit(
             state.config.limits.max_queue,
             &now_rfc3339(),
             idempotency,
+            callback.as_deref(),
         )
         .await?;
     let duplicate = matches!(enqueued, Enqueued::Duplicate(_));

@@ -8,6 +8,7 @@
 //!
 //! - `jobs`: the `/v1/jobs` handlers and the job object.
 //! - `batches`: the `/v1/batches` handlers: many jobs as one.
+//! - `callbacks`: signed delivery of finished jobs and batches to `callback_url`.
 //! - `validate`: request body → job spec, with errors that say what to fix.
 //! - `auth`: bearer tokens, compared in constant time.
 //! - `waiters`: long-poll fan-out over one pub/sub subscription.
@@ -17,6 +18,7 @@
 
 mod auth;
 mod batches;
+mod callbacks;
 mod config;
 mod error;
 mod jobs;
@@ -114,6 +116,10 @@ pub async fn run(
     if let Err(e) = state.queue.ensure_group().await {
         tracing::warn!(error = %e, "redis is not reachable yet; /readyz will say so until it is");
     }
+    if let Err(e) = state.queue.ensure_callback_group().await {
+        tracing::warn!(error = %e, "could not create the callback group yet; the deliverer will retry");
+    }
+    tokio::spawn(callbacks::run(state.clone()));
     tracing::info!(addr = %listener.local_addr()?, "api listening");
     let stopping = state.stopping.clone();
     tokio::spawn({

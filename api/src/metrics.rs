@@ -16,6 +16,8 @@ pub struct Metrics {
     pub waiters: IntGauge,
     /// Live workers, by their last heartbeat, at scrape time.
     pub workers: IntGauge,
+    /// Callback deliveries ended, by result: `delivered` or `failed`.
+    pub callbacks: IntCounterVec,
 }
 
 impl Metrics {
@@ -37,15 +39,20 @@ impl Metrics {
             )),
             waiters: must(IntGauge::new("waiters", "Requests waiting on a long-poll.")),
             workers: must(IntGauge::new("workers", "Live workers, by their last heartbeat.")),
+            callbacks: must(IntCounterVec::new(
+                Opts::new("callbacks_total", "Callback deliveries ended, by result."),
+                &["result"],
+            )),
             registry,
         };
-        let collectors: [Box<dyn prometheus::core::Collector>; 6] = [
+        let collectors: [Box<dyn prometheus::core::Collector>; 7] = [
             Box::new(metrics.jobs_submitted.clone()),
             Box::new(metrics.queue_full.clone()),
             Box::new(metrics.queue_depth.clone()),
             Box::new(metrics.oldest_queued_age_seconds.clone()),
             Box::new(metrics.waiters.clone()),
             Box::new(metrics.workers.clone()),
+            Box::new(metrics.callbacks.clone()),
         ];
         for collector in collectors {
             must(metrics.registry.register(collector));

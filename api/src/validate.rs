@@ -9,8 +9,20 @@ use crate::error::ApiError;
 
 /// Fields a job may have. Anything else is refused, so a typo such as
 /// `timeout` for `timeout_ms` is caught instead of silently ignored.
-const FIELDS: &[&str] =
-    &["language", "code", "stdin", "timeout_ms", "args", "expected_stdout", "compare", "files", "return_files"];
+/// `callback_url` is checked by `callbacks`, since it is not part of the
+/// spec the worker runs.
+const FIELDS: &[&str] = &[
+    "language",
+    "code",
+    "stdin",
+    "timeout_ms",
+    "args",
+    "expected_stdout",
+    "compare",
+    "files",
+    "return_files",
+    "callback_url",
+];
 
 /// Most files a job may have.
 pub const MAX_FILES: usize = 64;
@@ -19,6 +31,7 @@ pub const MAX_FILES: usize = 64;
 pub const MAX_ARGS: usize = 256;
 pub const MAX_ARGS_BYTES: usize = 64 * 1024;
 
+#[cfg(test)]
 pub fn job_spec(body: &[u8], limits: &ApiLimits) -> Result<JobSpec, ApiError> {
     job_spec_fields(&json_object(body)?, limits)
 }

@@ -41,3 +41,11 @@ pub fn batch(id: &str) -> String {
 pub fn idempotency(kind: &str, owner: &str, key: &str) -> String {
     format!("runbox:idempotency:{kind}:{owner}:{key}")
 }
+
+/// The stream of finished jobs and batches whose owner asked for a
+/// callback; the api delivers them. Lua scripts spell it through
+/// [`crate::queue`]'s script prelude.
+pub const CALLBACKS: &str = "runbox:callbacks";
+
+/// The consumer group api processes deliver callbacks through.
+pub const CALLBACK_GROUP: &str = "deliverers";

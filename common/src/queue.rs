@@ -102,6 +102,21 @@ pub struct BatchRecord {
     pub job_ids: Vec<String>,
 }
 
+/// A finished job or batch whose owner asked for a callback.
+#[derive(Debug, Clone)]
+pub struct CallbackDue {
+    /// The entry in [`keys::CALLBACKS`]: also the delivery's stable id.
+    pub entry: String,
+    /// [`CallbackDue::JOB`] or [`CallbackDue::BATCH`].
+    pub kind: String,
+    pub id: String,
+}
+
+impl CallbackDue {
+    pub const JOB: &str = "job";
+    pub const BATCH: &str = "batch";
+}
+
 /// What counting a batch needs of each job, without its output.
 #[derive(Debug, Clone, Default)]
 pub struct JobSummary {
@@ -166,9 +181,25 @@ for i = 1, n do
 end
 redis.call('HSET', KEYS[2], 'owner', ARGV[2], 'created_at', ARGV[3], 'size', n, 'done', 0, 'jobs', ARGV[5],
   'stop_on_failure', ARGV[7 + 4 * n])
+if ARGV[9 + 4 * n] ~= '' then redis.call('HSET', KEYS[2], 'callback', ARGV[9 + 4 * n]) end
 if idempotency then redis.call('SET', idempotency, ARGV[4], 'EX', ARGV[8 + 4 * n]) end
 return 1
 ";
+
+// Queues the callback of a job or batch (`kind`) that just finished, if
+// its owner asked for one, on the `keys::CALLBACKS` stream.
+static QUEUE_CALLBACK: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        r"
+local function queue_callback(key, kind, id)
+  if redis.call('HEXISTS', key, 'callback') == 1 then
+    redis.call('XADD', '{stream}', 'MAXLEN', '~', 100000, '*', 'kind', kind, 'id', id)
+  end
+end
+",
+        stream = keys::CALLBACKS
+    )
+});
 
 // Counts a job that just reached its final status in its batch, if any.
 const BATCH_PROGRESS: &str = r"
@@ -177,7 +208,9 @@ local function batch_progress(job_key, prefix, ttl, channel)
   if not batch then return nil end
   local key = prefix .. batch
   local done = redis.call('HINCRBY', key, 'done', 1)
-  if done >= tonumber(redis.call('HGET', key, 'size') or '0') then redis.call('EXPIRE', key, ttl) end
+  local size = tonumber(redis.call('HGET', key, 'size') or '0')
+  if done >= size then redis.call('EXPIRE', key, ttl) end
+  if done == size then queue_callback(key, 'batch', batch) end
   redis.call('PUBLISH', channel, batch)
   return key
 end
@@ -195,6 +228,7 @@ local function cancel_queued(job_key, id, stream, group, finished_at, result, tt
     redis.call('XDEL', stream, entry)
   end
   redis.call('PUBLISH', channel, id)
+  queue_callback(job_key, 'job', id)
   batch_progress(job_key, batch_prefix, ttl, channel)
 end
 ";
@@ -225,6 +259,7 @@ if depth >= tonumber(ARGV[1]) then return 0 end
 local entry = redis.call('XADD', KEYS[1], '*', 'id', ARGV[2], 'payload', ARGV[3], 'sig', ARGV[4])
 redis.call('HSET', KEYS[2], 'status', 'queued', 'owner', ARGV[5], 'language', ARGV[6],
   'created_at', ARGV[7], 'entry', entry)
+if ARGV[9] ~= '' then redis.call('HSET', KEYS[2], 'callback', ARGV[9]) end
 if KEYS[3] then redis.call('SET', KEYS[3], ARGV[2], 'EX', ARGV[8]) end
 return 1
 ";
@@ -260,6 +295,7 @@ if status == false or status == 'queued' or status == 'running' then
     'boot_ms', ARGV[9], 'write_ms', write_ms)
   if ARGV[11] ~= '' then redis.call('HSET', KEYS[1], 'verdict', ARGV[11]) end
   redis.call('HDEL', KEYS[1], 'cancel')
+  queue_callback(KEYS[1], 'job', ARGV[8])
   local batch_key = batch_progress(KEYS[1], ARGV[12], ARGV[4], ARGV[7])
   if batch_key and ARGV[13] == '1' then
     stop_batch(batch_key, ARGV[12], ARGV[14], KEYS[2], ARGV[5], ARGV[3], ARGV[15], ARGV[4], ARGV[7])
@@ -290,10 +326,11 @@ return 'final'
 static ENQUEUE_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(ENQUEUE));
 static ENQUEUE_BATCH_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(ENQUEUE_BATCH));
 static START_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(&format!("{NOW_MS}{START}")));
-static FINISH_SCRIPT: LazyLock<Script> =
-    LazyLock::new(|| Script::new(&format!("{NOW_MS}{BATCH_PROGRESS}{CANCEL_QUEUED}{STOP_BATCH}{FINISH}")));
+static FINISH_SCRIPT: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(&format!("{NOW_MS}{}{BATCH_PROGRESS}{CANCEL_QUEUED}{STOP_BATCH}{FINISH}", *QUEUE_CALLBACK))
+});
 static CANCEL_SCRIPT: LazyLock<Script> =
-    LazyLock::new(|| Script::new(&format!("{BATCH_PROGRESS}{CANCEL_QUEUED}{CANCEL}")));
+    LazyLock::new(|| Script::new(&format!("{}{BATCH_PROGRESS}{CANCEL_QUEUED}{CANCEL}", *QUEUE_CALLBACK)));
 
 /// Time for one Redis reply. A blocking claim adds its own block time.
 const RESPONSE_TIMEOUT: Duration = Duration::from_secs(5);
@@ -365,6 +402,7 @@ impl Queue {
         cap: u64,
         created_at: &str,
         idempotency: Option<Idempotency<'_>>,
+        callback: Option<&str>,
     ) -> Result<Enqueued, QueueError> {
         let mut invocation = ENQUEUE_SCRIPT.key(&self.stream);
         invocation.key(keys::job(id));
@@ -373,6 +411,7 @@ impl Queue {
         }
         invocation.arg(cap).arg(id).arg(payload).arg(signature).arg(owner).arg(language).arg(created_at);
         invocation.arg(idempotency.map_or(0, |i| i.ttl.as_secs().max(1)));
+        invocation.arg(callback.unwrap_or(""));
         enqueued(invocation.invoke_async(&mut self.conn.clone()).await?)
     }
 
@@ -388,6 +427,7 @@ impl Queue {
         stop_on_failure: bool,
         cap: u64,
         idempotency: Option<Idempotency<'_>>,
+        callback: Option<&str>,
     ) -> Result<Enqueued, QueueError> {
         let ids: Vec<&str> = jobs.iter().map(|j| j.id.as_str()).collect();
         let ids = serde_json::to_string(&ids).map_err(|e| QueueError::Protocol(e.to_string()))?;
@@ -405,6 +445,7 @@ impl Queue {
         }
         invocation.arg(if stop_on_failure { "1" } else { "0" });
         invocation.arg(idempotency.map_or(0, |i| i.ttl.as_secs().max(1)));
+        invocation.arg(callback.unwrap_or(""));
         enqueued(invocation.invoke_async(&mut self.conn.clone()).await?)
     }
 
@@ -516,6 +557,91 @@ impl Queue {
             claimed.push(Claimed { deliveries, ..entry });
         }
         Ok(claimed)
+    }
+
+    /// Creates the callback stream and its deliverers' group if needed.
+    pub async fn ensure_callback_group(&self) -> Result<(), QueueError> {
+        let created: RedisResult<()> = redis::cmd("XGROUP")
+            .arg("CREATE")
+            .arg(keys::CALLBACKS)
+            .arg(keys::CALLBACK_GROUP)
+            .arg("0")
+            .arg("MKSTREAM")
+            .query_async(&mut self.conn.clone())
+            .await;
+        match created {
+            Err(e) if e.code() == Some("BUSYGROUP") => Ok(()),
+            other => Ok(other?),
+        }
+    }
+
+    /// Callbacks for `consumer` to deliver: up to `count` that another
+    /// deliverer left pending longer than `stale` (it died), else new ones,
+    /// waiting up to `block` for the first.
+    pub async fn due_callbacks(
+        &self,
+        consumer: &str,
+        count: usize,
+        block: Duration,
+        stale: Duration,
+    ) -> Result<Vec<CallbackDue>, QueueError> {
+        let reply: Value = redis::cmd("XAUTOCLAIM")
+            .arg(keys::CALLBACKS)
+            .arg(keys::CALLBACK_GROUP)
+            .arg(consumer)
+            .arg(u64::try_from(stale.as_millis()).unwrap_or(u64::MAX))
+            .arg("0-0")
+            .arg("COUNT")
+            .arg(count)
+            .query_async(&mut self.conn.clone())
+            .await?;
+        if let Value::Array(parts) = reply
+            && let Some(Value::Array(entries)) = parts.into_iter().nth(1)
+            && !entries.is_empty()
+        {
+            return Ok(entries.into_iter().filter_map(parse_callback).collect());
+        }
+        let reply: Value = redis::cmd("XREADGROUP")
+            .arg("GROUP")
+            .arg(keys::CALLBACK_GROUP)
+            .arg(consumer)
+            .arg("COUNT")
+            .arg(count)
+            .arg("BLOCK")
+            .arg(u64::try_from(block.as_millis()).unwrap_or(u64::MAX))
+            .arg("STREAMS")
+            .arg(keys::CALLBACKS)
+            .arg(">")
+            .query_async(&mut self.conn.clone())
+            .await?;
+        let mut due = Vec::new();
+        if let Value::Array(streams) = reply {
+            for stream in streams {
+                let Value::Array(mut parts) = stream else { continue };
+                if let Some(Value::Array(entries)) = parts.pop() {
+                    due.extend(entries.into_iter().filter_map(parse_callback));
+                }
+            }
+        }
+        Ok(due)
+    }
+
+    /// Ends a callback's delivery, whether it got through or was given up.
+    pub async fn callback_done(&self, entry: &str) -> Result<(), QueueError> {
+        let mut pipe = redis::pipe();
+        pipe.cmd("XACK").arg(keys::CALLBACKS).arg(keys::CALLBACK_GROUP).arg(entry).ignore();
+        pipe.cmd("XDEL").arg(keys::CALLBACKS).arg(entry).ignore();
+        pipe.query_async::<()>(&mut self.conn.clone()).await?;
+        Ok(())
+    }
+
+    /// The owner and callback URL of the job or batch a callback is for;
+    /// None if it has expired.
+    pub async fn callback_target(&self, due: &CallbackDue) -> Result<Option<(String, String)>, QueueError> {
+        let key = if due.kind == CallbackDue::BATCH { keys::batch(&due.id) } else { keys::job(&due.id) };
+        let (owner, url): (Option<String>, Option<String>) =
+            redis::cmd("HMGET").arg(key).arg("owner").arg("callback").query_async(&mut self.conn.clone()).await?;
+        Ok(owner.zip(url))
     }
 
     async fn deliveries(&self, entry: &str) -> Result<u64, QueueError> {
@@ -780,6 +906,15 @@ fn as_string(value: &Value) -> Option<String> {
 fn flat_pairs(value: Value) -> Vec<(String, String)> {
     let Value::Array(items) = value else { return Vec::new() };
     items.chunks(2).filter_map(|kv| Some((as_string(kv.first()?)?, as_string(kv.get(1)?)?))).collect()
+}
+
+/// Parses a callback entry, `[entry-id, [kind, k, id, i]]`.
+fn parse_callback(value: Value) -> Option<CallbackDue> {
+    let Value::Array(mut parts) = value else { return None };
+    let fields = flat_pairs(parts.pop()?);
+    let entry = as_string(parts.first()?)?;
+    let get = |name: &str| fields.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone());
+    Some(CallbackDue { entry, kind: get("kind")?, id: get("id")? })
 }
 
 /// Parses `[entry-id, [field, value, ...]]`; None for deleted or foreign entries.

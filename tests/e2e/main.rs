@@ -8,6 +8,7 @@
 mod api;
 mod backpressure;
 mod batches;
+mod callbacks;
 mod cancel;
 mod longpoll;
 mod recovery;
