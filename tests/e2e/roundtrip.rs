@@ -115,6 +115,8 @@ async fn runtimes_reports_versions_limits_and_isolation() {
     let worker = &body["workers"][0];
     assert_eq!(worker["deno"], "2.9.6", "{body}");
     assert_eq!(worker["pyodide"], "0.29.4", "{body}");
+    let packages = worker["python_packages"].as_array().expect("python_packages");
+    assert!(packages.iter().any(|p| p["name"] == "pytest" && p["version"].is_string()), "{body}");
     let layers = worker["isolation"].as_array().expect("layers");
     assert!(layers.contains(&json!("deno_permissions")), "{body}");
 }

@@ -61,6 +61,8 @@ struct WorkerInfo<'a> {
     name: &'a str,
     deno: Option<String>,
     pyodide: Option<String>,
+    /// The pinned Python packages every Python job can import.
+    python_packages: serde_json::Value,
     isolation: Vec<&'static str>,
     concurrency: usize,
     pool_max: usize,
@@ -345,14 +347,17 @@ async fn heartbeat(worker: Arc<Worker>, stop: CancellationToken, first: tokio::s
     // `deno --version` is a subprocess: not on the async threads.
     let versions = {
         let runtime = runtime.clone();
-        tokio::task::spawn_blocking(move || (runtime.deno_version(), runtime.pyodide_version()))
+        tokio::task::spawn_blocking(move || {
+            (runtime.deno_version(), runtime.pyodide_version(), runtime.python_packages())
+        })
     };
-    let (deno, pyodide) = versions.await.unwrap_or_default();
+    let (deno, pyodide, python_packages) = versions.await.unwrap_or_default();
     loop {
         let info = WorkerInfo {
             name: &worker.config.name,
             deno: deno.clone(),
             pyodide: pyodide.clone(),
+            python_packages: python_packages.clone(),
             isolation: sandbox.isolation.layers(),
             concurrency: worker.config.concurrency,
             pool_max: worker.config.pool.max,

@@ -13,10 +13,34 @@ import * as tty from "node:tty";
 // os.system), so this `require` stays. It serves nothing else: no file,
 // no package, so it opens no way around the read check.
 const BUILTINS = { child_process: childProcess, crypto, fs, path, tty };
+
+/** The runtime's pinned packages: the file in the Pyodide directory
+ * (`runtime/prepare` builds it) and where jobs find it, on sys.path. */
+export const PACKAGES_FILE = "packages.zip";
+export const PACKAGES_ZIP = "/lib/packages.zip";
 function require(name) {
   const module = BUILTINS[String(name).replace(/^node:/, "")];
   if (!module) throw new Error(`Cannot find module '${name}'`);
   return module;
+}
+
+/** The packages zip in Pyodide directory `dir`, or null if it has none. */
+export function readPackages(dir) {
+  try {
+    return Deno.readFileSync(`${dir}/${PACKAGES_FILE}`);
+  } catch (e) {
+    if (e instanceof Deno.errors.NotFound) return null;
+    throw e;
+  }
+}
+
+/**
+ * Puts the packages zip where the snapshot's sys.path expects it. Call
+ * before any Python runs: the snapshot holds its directory, not its bytes.
+ */
+export function installPackages(pyodide, packages) {
+  if (packages) pyodide.FS.writeFile(PACKAGES_ZIP, packages);
+  return pyodide;
 }
 
 /** Loads Pyodide from `dir` (an absolute path) with extra `options`. */
@@ -46,6 +70,7 @@ export async function pyodideFactory(dir, snapshotPath) {
   const wasm = read("pyodide.asm.wasm");
   const lock = new TextDecoder().decode(read("pyodide-lock.json"));
   const snapshot = snapshotPath ? Deno.readFileSync(snapshotPath) : null;
+  const packages = readPackages(dir);
 
   const files = blobModule(`
     export const files = new Map();
@@ -80,7 +105,7 @@ export async function pyodideFactory(dir, snapshotPath) {
       return Reflect.apply(instantiate, WebAssembly, arguments);
     };
     try {
-      return await withShims(dir, () =>
+      const pyodide = await withShims(dir, () =>
         loadPyodide({
           indexURL: `${dir}/`,
           lockFileContents: lock,
@@ -89,6 +114,7 @@ export async function pyodideFactory(dir, snapshotPath) {
           ...(snapshot ? { _loadSnapshot: snapshot.slice() } : {}),
           ...options,
         }));
+      return installPackages(pyodide, packages);
     } finally {
       WebAssembly.instantiate = instantiate;
     }

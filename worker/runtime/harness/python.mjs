@@ -15,7 +15,7 @@
 // instances share this process and its JS realm; see protocol.mjs for how
 // the runner tells the jobs' output apart, and `watchRealm` for when the
 // child asks to be replaced.
-import { loadPyodideFrom, pyodideFactory } from "./pyodide.mjs";
+import { installPackages, loadPyodideFrom, PACKAGES_ZIP, pyodideFactory, readPackages } from "./pyodide.mjs";
 import {
   awaitJob,
   base64,
@@ -52,6 +52,9 @@ import ast, builtins, linecache, os, random, sys, traceback, types
 os.environ.pop("_", None)
 # The memory snapshot froze one generator state; every child starts from fresh entropy.
 random.seed()
+# The runtime's packages (already there when the snapshot was built with them).
+if os.path.exists("${PACKAGES_ZIP}") and "${PACKAGES_ZIP}" not in sys.path:
+    sys.path.insert(0, "${PACKAGES_ZIP}")
 
 def make_runner(
     compile=compile, eval=eval, isinstance=isinstance, type=type, int=int, print=print,
@@ -111,7 +114,7 @@ if (!shared) {
   const pyodide = await loadPyodideFrom(pyodideDir, snapshotPath === "-" ? {} : {
     _loadSnapshot: Deno.readFileSync(snapshotPath),
   });
-  const instance = prepare(pyodide);
+  const instance = prepare(installPackages(pyodide, readPackages(pyodideDir)));
   Deno.permissions.revokeSync({ name: "read" });
   const job = awaitJob();
   // Pyodide has loaded Node's `process` already.

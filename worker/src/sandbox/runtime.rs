@@ -60,6 +60,15 @@ impl Runtime {
         json.get("version")?.as_str().map(str::to_owned)
     }
 
+    /// The pinned Python packages, `[{"name", "version"}]`, as `prepare`
+    /// recorded them; an empty list if it installed none.
+    pub fn python_packages(&self) -> serde_json::Value {
+        std::fs::read_to_string(self.pyodide_dir.join("packages.json"))
+            .ok()
+            .and_then(|text| serde_json::from_str(&text).ok())
+            .unwrap_or_else(|| serde_json::json!([]))
+    }
+
     /// The Deno version, from `deno --version`.
     pub fn deno_version(&self) -> Option<String> {
         let out = std::process::Command::new(&self.deno).arg("--version").env_clear().output().ok()?;

@@ -12,6 +12,7 @@ mod harness;
 mod host;
 mod imports;
 mod network;
+mod packages;
 mod processes;
 mod results;
 mod runaway;
