@@ -28,11 +28,16 @@ fn file(path: &str, content: &str) -> InputFile {
 async fn every_locked_package_imports_at_its_version() {
     let modules = "import pytest, hypothesis, dateutil.parser, tabulate, more_itertools, attrs, typing_extensions, \
                    pluggy, iniconfig, packaging, pygments, sortedcontainers, tzdata";
-    let code = format!("{modules}\nimport importlib.metadata as m\nfor d in sorted(m.distributions(), key=lambda d: d.metadata['Name'].lower()):\n    print(d.metadata['Name'].lower().replace('_', '-'), d.version)");
+    let listing = "import importlib.metadata as m\nfor d in m.distributions():\n    \
+                   print(d.metadata['Name'].lower().replace('_', '-'), d.version)";
+    let code = format!("{modules}\n{listing}");
     let outcome = run(Py, &code).await;
     assert_eq!((outcome.status, outcome.exit_code), (Status::Completed, Some(0)), "{outcome:#?}");
     for (name, version) in lock() {
-        assert!(outcome.stdout.lines().any(|l| l == format!("{name} {version}")), "{name} {version} missing: {outcome:#?}");
+        assert!(
+            outcome.stdout.lines().any(|l| l == format!("{name} {version}")),
+            "{name} {version} missing: {outcome:#?}"
+        );
     }
 }
 
