@@ -58,7 +58,7 @@ pub const MAX_FILE_BYTES: u64 = 16 * 1024 * 1024;
 const MIN_DATA_BYTES: u64 = 2 * 1024 * 1024 * 1024;
 
 /// The command for one child of `language`, whose private directory is `dir`.
-/// A `shared` child serves the shared lane (Python only; see `shared.rs`).
+/// A `shared` child serves the shared lane (see `shared.rs`).
 pub fn deno_command(
     runtime: &Runtime,
     isolation: &Isolation,
@@ -80,6 +80,9 @@ pub fn deno_command(
             readable.push(dir.join(FILES_DIR));
             args.push(readable);
             args.push(runtime.js_harness.clone().into());
+            if shared {
+                args.push("shared".into());
+            }
         }
         Language::Python => {
             let mut readable: OsString = "--allow-read=".into();

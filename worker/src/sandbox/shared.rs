@@ -1,12 +1,15 @@
-//! The shared lane: long-lived Python children that run the jobs of one
-//! batch one after another (a batch submitted with `shared_runtime`).
+//! The shared lane: long-lived children that run the jobs of one batch one
+//! after another (a batch submitted with `shared_runtime`).
 //!
-//! A fresh child spends about 0.4 CPU-s booting Pyodide before its job
-//! starts. A shared child boots once and compiles the wasm module once; each
-//! job then gets a new Pyodide instance restored from its own copy of the
-//! snapshot, built while the child waits for the job: a fresh interpreter,
-//! `__main__` and in-memory file system for a fraction of the cost (see
-//! `runtime/harness/python.mjs`).
+//! A fresh Python child spends about 0.4 CPU-s booting Pyodide before its
+//! job starts. A shared one boots once and compiles the wasm module once;
+//! each job then gets a new Pyodide instance restored from its own copy of
+//! the snapshot, built while the child waits for the job: a fresh
+//! interpreter, `__main__` and in-memory file system for a fraction of the
+//! cost (see `runtime/harness/python.mjs`). A shared JS child runs each job
+//! in a fresh Worker (fresh globals) instead of a fresh process (see
+//! `runtime/harness/js.mjs`); only jobs that cannot tell the difference go
+//! there (see [`SharedLane::takes`]).
 //!
 //! Unchanged from the default lane: the deny-all flags, and each job's
 //! timeout, memory cap and output caps. What differs:
@@ -47,6 +50,16 @@ const IDLE_TIMEOUT: Duration = Duration::from_secs(3);
 /// was started by a job, and the child is replaced.
 const RUNTIME_THREADS: &[&str] = &["deno", "V8 DefaultWorke", "tokio-runtime-w"];
 
+/// Worker threads are named `worker-<n>`. A shared JS child's job Worker
+/// is terminated at the job's end, and its thread exits a few milliseconds
+/// later: up to this long is waited for before a child counts as unclean.
+const WORKER_THREAD_EXIT: Duration = Duration::from_millis(500);
+
+/// Words in a JS or TS program that keep it out of the shared lane: its
+/// Worker shares the child's stdin, which carries the frames, and Node's
+/// `process` (exit, stdin, argv) behaves as one program per process.
+const JS_SOLO_WORDS: &[&str] = &["stdin", "process", "readline", "prompt", "/dev/", "readFileSync(0"];
+
 /// How long a child may take to take a frame, or to finish its end marker.
 const PIPE_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -81,18 +94,30 @@ impl SharedLane {
         lane
     }
 
-    /// Whether `spec` runs in this lane: a Python job of a shared batch.
+    /// Whether `spec` runs in this lane: a job of a shared batch, unless
+    /// it is a JS or TS job with stdin, files, or code that names one of
+    /// [`JS_SOLO_WORDS`].
     pub fn takes(spec: &JobSpec) -> Option<&str> {
-        spec.shared_lane.as_deref().filter(|_| spec.language == Language::Python)
+        let fits = match spec.language {
+            Language::Python => true,
+            Language::Javascript | Language::Typescript => {
+                spec.stdin.is_empty()
+                    && spec.files.is_empty()
+                    && spec.return_files.is_none()
+                    && !JS_SOLO_WORDS.iter().any(|word| spec.code.contains(word))
+            }
+        };
+        spec.shared_lane.as_deref().filter(|_| fits)
     }
 
     /// Runs `spec` in an idle child of batch `lane`, or a new one.
     pub async fn run(&self, lane: &str, spec: &JobSpec, cancel: &CancellationToken) -> RunReport {
         let started = Instant::now();
-        let idle = self.take(lane);
+        let kind = Kind::of(spec.language);
+        let idle = self.take(lane, kind).await;
         let (child, boot) = match idle {
             Some(child) => (Ok(child), Duration::ZERO),
-            None => (SharedChild::boot(&self.sandbox, lane).await, started.elapsed()),
+            None => (SharedChild::boot(&self.sandbox, lane, kind).await, started.elapsed()),
         };
         let mut child = match child {
             Ok(child) => child,
@@ -115,15 +140,16 @@ impl SharedLane {
         self.idle.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// Takes an idle child of `lane` that still looks clean.
-    fn take(&self, lane: &str) -> Option<SharedChild> {
+    /// Takes an idle child of `lane` and `kind` that still looks clean.
+    async fn take(&self, lane: &str, kind: Kind) -> Option<SharedChild> {
         loop {
-            let mut idle = self.lock();
-            let at = idle.iter().rposition(|i| i.child.lane == lane)?;
-            let Idle { mut child, .. } = idle.swap_remove(at);
-            drop(idle);
+            let mut child = {
+                let mut idle = self.lock();
+                let at = idle.iter().rposition(|i| i.child.lane == lane && i.child.kind == kind)?;
+                idle.swap_remove(at).child
+            };
             // A thread a job started can take a moment to appear.
-            if child.is_clean() {
+            if child.is_clean().await {
                 return Some(child);
             }
             retire(vec![child]);
@@ -164,14 +190,36 @@ fn retire(children: Vec<SharedChild>) {
     tokio::task::spawn_blocking(move || drop(children));
 }
 
+/// The two kinds of shared child: the JS harness serves JS and TS.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Python,
+    Js,
+}
+
+impl Kind {
+    fn of(language: Language) -> Kind {
+        if language == Language::Python { Kind::Python } else { Kind::Js }
+    }
+}
+
+/// What a look at a child's threads found.
+enum Threads {
+    Clean,
+    /// Only Worker threads besides the runtime's, which may be exiting.
+    Settling,
+    Dirty,
+}
+
 /// A booted shared child, between jobs.
 struct SharedChild {
     child: Child,
     stdin: ChildStdin,
     stdout: ChildStdout,
     stderr: ChildStderr,
-    /// The batch whose jobs this child runs.
+    /// The batch whose jobs this child runs, and which of them.
     lane: String,
+    kind: Kind,
     /// The child's private directory; removed when this is dropped.
     _dir: TempDir,
 }
@@ -192,27 +240,49 @@ enum Ending {
 }
 
 impl SharedChild {
-    async fn boot(sandbox: &Sandbox, lane: &str) -> Result<SharedChild, SandboxError> {
+    async fn boot(sandbox: &Sandbox, lane: &str, kind: Kind) -> Result<SharedChild, SandboxError> {
+        let language = if kind == Kind::Python { Language::Python } else { Language::Javascript };
         let prepare = {
             let sandbox = sandbox.clone();
-            tokio::task::spawn_blocking(move || job_dir(&sandbox, Language::Python))
+            tokio::task::spawn_blocking(move || job_dir(&sandbox, language))
         };
         let dir = prepare.await.map_err(std::io::Error::other)??;
-        let (child, stdin, stdout, stderr) = spawn_ready(sandbox, Language::Python, dir.path(), true).await?;
-        Ok(SharedChild { child, stdin, stdout, stderr, lane: lane.to_owned(), _dir: dir })
+        let (child, stdin, stdout, stderr) = spawn_ready(sandbox, language, dir.path(), true).await?;
+        Ok(SharedChild { child, stdin, stdout, stderr, lane: lane.to_owned(), kind, _dir: dir })
     }
 
-    /// Alive, with only the runtime's own threads.
-    fn is_clean(&mut self) -> bool {
-        if !matches!(self.child.try_wait(), Ok(None)) {
-            return false;
+    /// Alive, with only the runtime's own threads, once terminated Workers'
+    /// threads have had [`WORKER_THREAD_EXIT`] to go.
+    async fn is_clean(&mut self) -> bool {
+        let started = Instant::now();
+        loop {
+            match self.threads() {
+                Threads::Clean => return true,
+                Threads::Dirty => return false,
+                Threads::Settling if started.elapsed() > WORKER_THREAD_EXIT => return false,
+                Threads::Settling => tokio::time::sleep(Duration::from_millis(2)).await,
+            }
         }
-        let Some(pid) = self.child.id() else { return false };
-        let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return false };
-        tasks.flatten().all(|task| {
-            std::fs::read_to_string(task.path().join("comm"))
-                .is_ok_and(|name| RUNTIME_THREADS.contains(&name.trim_end_matches('\n')))
-        })
+    }
+
+    fn threads(&mut self) -> Threads {
+        if !matches!(self.child.try_wait(), Ok(None)) {
+            return Threads::Dirty;
+        }
+        let Some(pid) = self.child.id() else { return Threads::Dirty };
+        let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return Threads::Dirty };
+        let mut found = Threads::Clean;
+        for task in tasks.flatten() {
+            // A thread that exited since the listing has no name to read.
+            let Ok(name) = std::fs::read_to_string(task.path().join("comm")) else { continue };
+            let name = name.trim_end_matches('\n');
+            if name.starts_with("worker-") {
+                found = Threads::Settling;
+            } else if !RUNTIME_THREADS.contains(&name) {
+                return Threads::Dirty;
+            }
+        }
+        found
     }
 
     /// Runs `spec` and returns how it ended, and whether this child may run
@@ -339,7 +409,9 @@ impl SharedChild {
         nonce: &str,
     ) -> (Outcome, bool) {
         let (status, exit_code, signal, reusable) = match ending {
-            Ending::Finished { status, clean } => (Status::Completed, Some(status), None, clean && self.is_clean()),
+            Ending::Finished { status, clean } => {
+                (Status::Completed, Some(status), None, clean && self.is_clean().await)
+            }
             Ending::TimedOut => (Status::Timeout, None, None, false),
             Ending::Cancelled => (Status::Cancelled, None, None, false),
             Ending::OverMemory => (Status::MemoryExceeded, None, None, false),

@@ -9,10 +9,16 @@ use runbox_common::{JobSpec, Status, Verdict};
 use runbox_worker::sandbox::{RunReport, Runner};
 use tokio_util::sync::CancellationToken;
 
-use crate::util::{Py, assert_status, limits, runner_with, spec};
+use runbox_common::Language;
+
+use crate::util::{Js, Py, Ts, assert_status, limits, runner_with, spec};
 
 fn in_lane(lane: &str, code: &str) -> JobSpec {
-    JobSpec { shared_lane: Some(lane.to_owned()), ..spec(Py, code) }
+    in_lane_as(Py, lane, code)
+}
+
+fn in_lane_as(language: Language, lane: &str, code: &str) -> JobSpec {
+    JobSpec { shared_lane: Some(lane.to_owned()), ..spec(language, code) }
 }
 
 fn expecting(lane: &str, code: &str, expected: &str) -> JobSpec {
@@ -129,12 +135,22 @@ sys.exit(3)
 
 /// Ten jobs, the third of which dies: only that job fails, and the rest of
 /// the batch goes on in a new child.
-async fn third_of_ten_dies(killer: &str, status: Status, verdict: Verdict) {
+async fn third_of_ten_dies(language: Language, killer: &str, status: Status, verdict: Verdict) {
     let runner = runner().await;
-    let lane = format!("third-{status}");
+    let lane = format!("third-{language}-{status}");
     for i in 1..=10 {
-        let code = if i == 3 { killer.to_owned() } else { format!("print({i} * {i})") };
-        let job = JobSpec { timeout_ms: Some(1500), ..expecting(&lane, &code, &format!("{}\n", i * i)) };
+        let code = match (i, language) {
+            (3, _) => killer.to_owned(),
+            (_, Language::Python) => format!("print({i} * {i})"),
+            _ => format!("console.log({i} * {i})"),
+        };
+        // A memory bomb needs a few seconds on a loaded machine to reach its cap.
+        let timeout_ms = if status == Status::Timeout { 1500 } else { 8000 };
+        let job = JobSpec {
+            timeout_ms: Some(timeout_ms),
+            expected_stdout: Some(format!("{}\n", i * i)),
+            ..in_lane_as(language, &lane, &code)
+        };
         let report = run(&runner, &job).await;
         let expected = if i == 3 { (status, verdict) } else { (Status::Completed, Verdict::Accepted) };
         assert_eq!(
@@ -149,13 +165,16 @@ async fn third_of_ten_dies(killer: &str, status: Status, verdict: Verdict) {
 
 #[tokio::test]
 async fn an_infinite_loop_ends_only_its_own_job() {
-    third_of_ten_dies("while True: pass", Status::Timeout, Verdict::Timeout).await;
+    third_of_ten_dies(Py, "while True: pass", Status::Timeout, Verdict::Timeout).await;
+    third_of_ten_dies(Js, "for (;;) {}", Status::Timeout, Verdict::Timeout).await;
 }
 
 #[tokio::test]
 async fn a_memory_bomb_ends_only_its_own_job() {
     let bomb = "blocks = []\nwhile True: blocks.append(bytearray(4 * 1024 * 1024))";
-    third_of_ten_dies(bomb, Status::MemoryExceeded, Verdict::MemoryExceeded).await;
+    third_of_ten_dies(Py, bomb, Status::MemoryExceeded, Verdict::MemoryExceeded).await;
+    let bomb = "const blocks = []; for (;;) blocks.push(new Array(1e6).fill(1.5))";
+    third_of_ten_dies(Js, bomb, Status::MemoryExceeded, Verdict::MemoryExceeded).await;
 }
 
 #[tokio::test]
@@ -203,4 +222,56 @@ async fn a_job_near_its_memory_cap_after_others_is_not_a_memory_death() {
     let big = run(&runner, &in_lane(lane, "b = bytearray(180 * 1024 * 1024)\nprint(len(b))")).await;
     assert_reused(&big, true);
     assert_eq!((big.outcome.status, big.outcome.stdout.as_str()), (Status::Completed, "188743680\n"), "{big:#?}");
+}
+
+#[tokio::test]
+async fn js_jobs_get_fresh_globals_and_their_own_ending() {
+    let runner = runner().await;
+    let lane = "js";
+    let first = run(
+        &runner,
+        &in_lane_as(Js, lane, "globalThis.leftover = 1; Array.prototype.map = () => []; console.log(Deno.pid)"),
+    )
+    .await;
+    assert_eq!(first.outcome.exit_code, Some(0), "{first:#?}");
+    let check = "console.log(typeof leftover, [1, 2].map((x) => x).length, Deno.pid)";
+    let next = run(&runner, &in_lane_as(Js, lane, check)).await;
+    assert_reused(&next, true);
+    let pid = first.outcome.stdout.trim();
+    assert_eq!(next.outcome.stdout, format!("undefined 2 {pid}\n"), "one child, fresh globals: {next:#?}");
+
+    let cases: [(Language, &str, Option<i32>, &str, &str); 5] = [
+        (Js, "setTimeout(() => console.log('later'), 50); console.log('now')", Some(0), "now\nlater\n", ""),
+        (Js, "console.log(Deno.args.length); Deno.exit(3); console.log('not reached')", Some(3), "0\n", ""),
+        (Js, "throw new Error('boom')", Some(1), "", "Uncaught Error: boom"),
+        (Js, "Promise.reject(new Error('later'))", Some(1), "", "Uncaught Error: later"),
+        (Ts, "const n: number = 6 * 7; console.log(n)", Some(0), "42\n", ""),
+    ];
+    for (language, code, exit_code, stdout, stderr) in cases {
+        let report = run(&runner, &in_lane_as(language, lane, code)).await;
+        assert_reused(&report, true);
+        let outcome = &report.outcome;
+        assert_eq!((outcome.exit_code, outcome.stdout.as_str()), (exit_code, stdout), "{code}: {outcome:#?}");
+        assert!(outcome.stderr.contains(stderr), "{code}: {outcome:#?}");
+    }
+    // Jobs that read stdin or use Node's process run in a child of their own.
+    for code in [
+        "console.log(Deno.pid, process.argv.length)",
+        "console.log(Deno.pid); await Deno.stdin.read(new Uint8Array(1))",
+    ] {
+        let solo = run(&runner, &in_lane_as(Js, lane, code)).await;
+        let solo_pid = solo.outcome.stdout.split_whitespace().next().unwrap_or("");
+        assert_ne!(solo_pid, pid, "{code}: {solo:#?}");
+    }
+    // A Worker the program started ends with it: no thread outlives the job.
+    let worker = "new Worker(URL.createObjectURL(new Blob(['setInterval(() => {}, 5)'], \
+                  { type: 'text/javascript' })), { type: 'module' }); setTimeout(() => {}, 20)";
+    assert_eq!(run(&runner, &in_lane_as(Js, lane, worker)).await.outcome.exit_code, Some(0));
+    let after = run(&runner, &in_lane_as(Js, lane, "console.log(Deno.pid)")).await;
+    let child = after.outcome.stdout.trim().to_owned();
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let threads: Vec<String> = std::fs::read_dir(format!("/proc/{child}/task"))
+        .map(|tasks| tasks.flatten().filter_map(|t| std::fs::read_to_string(t.path().join("comm")).ok()).collect())
+        .unwrap_or_default();
+    assert!(!threads.is_empty() && !threads.iter().any(|t| t.starts_with("worker-")), "{threads:?}");
 }
