@@ -109,11 +109,13 @@ export async function pyodideFactory(dir, snapshotPath) {
         loadPyodide({
           indexURL: `${dir}/`,
           lockFileContents: lock,
-          // Each instance restores its own copy: a shared buffer would be a
-          // channel from one job to the next.
-          ...(snapshot ? { _loadSnapshot: snapshot.slice() } : {}),
+          ...(snapshot ? { _loadSnapshot: snapshot } : {}),
           ...options,
         }));
+      // Restoring copied the snapshot into the instance's own memory. The
+      // buffer itself is shared by every instance, so the reference Pyodide
+      // keeps to it, which a job could reach and write through, is dropped.
+      pyodide._api.config._loadSnapshot = undefined;
       return installPackages(pyodide, packages);
     } finally {
       WebAssembly.instantiate = instantiate;

@@ -409,8 +409,11 @@ impl SharedChild {
         nonce: &str,
     ) -> (Outcome, bool) {
         let (status, exit_code, signal, reusable) = match ending {
+            // A job Worker's thread still exiting is waited for when the
+            // child is taken for the next job, not here, where it would
+            // hold up this job's result.
             Ending::Finished { status, clean } => {
-                (Status::Completed, Some(status), None, clean && self.is_clean().await)
+                (Status::Completed, Some(status), None, clean && !matches!(self.threads(), Threads::Dirty))
             }
             Ending::TimedOut => (Status::Timeout, None, None, false),
             Ending::Cancelled => (Status::Cancelled, None, None, false),

@@ -70,6 +70,8 @@ assert "LEFT" not in os.environ
 assert not os.path.exists("left.txt") and not os.path.exists("/tmp/left.txt")
 assert os.getcwd() != "/tmp" or not os.listdir("/tmp")
 assert __name__ == "__main__" and "changes" not in globals()
+import pyodide_js
+assert not pyodide_js._api.config._loadSnapshot, "the shared snapshot buffer is out of reach"
 print("clean")
 "#;
     let checked = run(&runner, &expecting(lane, check, "clean\n")).await;
