@@ -113,6 +113,7 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), std::io::Error> {
     let state = AppState::new(config).map_err(std::io::Error::other)?;
+    check_redis(&state.queue).await.map_err(std::io::Error::other)?;
     if let Err(e) = state.queue.ensure_group().await {
         tracing::warn!(error = %e, "redis is not reachable yet; /readyz will say so until it is");
     }
@@ -135,6 +136,24 @@ pub async fn run(
         served = server => served,
         () = async { stopping.cancelled().await; tokio::time::sleep(SHUTDOWN_DEADLINE).await } => {
             tracing::warn!(deadline = ?SHUTDOWN_DEADLINE, "requests still open at the shutdown deadline; closing them");
+            Ok(())
+        }
+    }
+}
+
+/// Refuses to start on a Redis that would lose jobs; one that cannot be
+/// reached yet is checked by `/readyz` until it can.
+async fn check_redis(queue: &Queue) -> Result<(), QueueError> {
+    match queue.check_server().await {
+        Ok(warnings) => {
+            for warning in warnings {
+                tracing::warn!("{warning}");
+            }
+            Ok(())
+        }
+        Err(e @ QueueError::Unsuitable(_)) => Err(e),
+        Err(e) => {
+            tracing::warn!(error = %e, "could not check the Redis server yet");
             Ok(())
         }
     }

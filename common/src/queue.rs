@@ -35,7 +35,13 @@ pub enum QueueError {
     Redis(#[from] redis::RedisError),
     #[error("unexpected reply from redis: {0}")]
     Protocol(String),
+    /// The server answers but cannot keep runbox's data safely.
+    #[error("{0}")]
+    Unsuitable(String),
 }
+
+/// The oldest Redis runbox works with: `XAUTOCLAIM` came in 6.2.
+const MIN_REDIS_VERSION: (u32, u32) = (6, 2);
 
 /// How an enqueue went.
 #[derive(Debug, PartialEq, Eq)]
@@ -366,6 +372,39 @@ impl Queue {
             pubsub.subscribe(*channel).await?;
         }
         Ok(pubsub)
+    }
+
+    /// Checks that the server is recent enough and never evicts keys (an
+    /// evicted job hash or stream entry is a job lost). Returns warnings
+    /// for what it could not check, such as a provider that disables
+    /// `CONFIG`; [`QueueError::Unsuitable`] says what to change.
+    pub async fn check_server(&self) -> Result<Vec<String>, QueueError> {
+        let info: String = redis::cmd("INFO").arg("server").query_async(&mut self.conn.clone()).await?;
+        let version = info.lines().find_map(|l| l.strip_prefix("redis_version:")).unwrap_or("").trim().to_owned();
+        let mut parts = version.split('.').map(|p| p.parse::<u32>().unwrap_or(0));
+        let (major, minor) = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
+        if (major, minor) < MIN_REDIS_VERSION {
+            let (want_major, want_minor) = MIN_REDIS_VERSION;
+            return Err(QueueError::Unsuitable(format!(
+                "Redis {version} is too old: runbox needs {want_major}.{want_minor} or newer"
+            )));
+        }
+        let policy: RedisResult<Vec<String>> =
+            redis::cmd("CONFIG").arg("GET").arg("maxmemory-policy").query_async(&mut self.conn.clone()).await;
+        match policy {
+            Ok(pair) => match pair.get(1).map(String::as_str) {
+                Some("noeviction") => Ok(Vec::new()),
+                Some(other) => Err(QueueError::Unsuitable(format!(
+                    "Redis maxmemory-policy is {other}: under memory pressure it would evict queued jobs and \
+                     results. Set it to noeviction (`CONFIG SET maxmemory-policy noeviction`, redis.conf, or \
+                     your provider's settings); runbox answers 503 when the queue is full instead"
+                ))),
+                None => Ok(vec!["Redis did not report its maxmemory-policy; make sure it is noeviction".into()]),
+            },
+            Err(e) => Ok(vec![format!(
+                "could not read Redis's maxmemory-policy ({e}); make sure it is noeviction, or jobs can be evicted"
+            )]),
+        }
     }
 
     pub async fn ping(&self) -> Result<(), QueueError> {

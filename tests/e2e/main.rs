@@ -12,6 +12,7 @@ mod callbacks;
 mod cancel;
 mod longpoll;
 mod recovery;
+mod redis_setups;
 mod roundtrip;
 mod signing;
 mod util;

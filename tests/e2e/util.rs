@@ -155,6 +155,11 @@ impl Process {
     }
 }
 
+/// Starts a worker process without waiting for it to serve.
+pub async fn spawn_worker(redis: &Redis, env: &[(&str, &str)]) -> Process {
+    Process::spawn("runbox-worker", redis, env).await
+}
+
 pub async fn start_worker(redis: &Redis, env: &[(&str, &str)]) -> Process {
     let worker = Process::spawn("runbox-worker", redis, env).await;
     worker.wait_for_log("worker started", Duration::from_secs(30)).await;

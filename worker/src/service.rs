@@ -81,6 +81,11 @@ pub async fn run(
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), QueueError> {
     let queue = Queue::connect(&config.redis_url, &config.queue)?;
+    match queue.check_server().await {
+        Ok(warnings) => warnings.iter().for_each(|w| warn!("{w}")),
+        Err(e @ QueueError::Unsuitable(_)) => return Err(e),
+        Err(e) => warn!(error = %e, "could not check the Redis server yet"),
+    }
     let claims = Queue::connect_blocking(&config.redis_url, &config.queue, CLAIM_BLOCK)?;
     let runner = Runner::pooled(Arc::new(sandbox), config.pool);
     let worker =
