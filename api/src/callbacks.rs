@@ -5,8 +5,9 @@
 //! - The Lua scripts that write a final status queue the callback on the
 //!   `runbox:callbacks` stream in the same step, so a finish is never
 //!   without its callback. Each api process delivers from that stream
-//!   through one consumer group; what a dead api held is taken over after
-//!   [`STALE`]. No worker slot is ever involved.
+//!   through one consumer group, reading it on a connection of its own;
+//!   what a dead api held is taken over after [`STALE`]. No worker slot is
+//!   ever involved.
 //! - The body is signed with HMAC-SHA256 under the submitting token's
 //!   callback secret (`RUNBOX_CALLBACK_SECRETS`): header
 //!   `Runbox-Signature: t=<unix seconds>,v1=<hex of HMAC(secret, "<t>.<body>")>`.
@@ -23,7 +24,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
 use hmac::{Hmac, Mac};
-use runbox_common::{CallbackDue, ConfigError, now_unix_ms};
+use runbox_common::{CallbackDue, ConfigError, Queue, now_unix_ms};
 use serde_json::Value;
 use sha2::Sha256;
 
@@ -228,15 +229,27 @@ async fn reachable(config: &CallbackConfig, url: &str) -> Result<(reqwest::Url, 
     }
 }
 
+/// How long one read of the callback stream waits for a new entry.
+const READ_BLOCK: Duration = Duration::from_secs(1);
+
 /// Delivers callbacks until the api stops.
 pub async fn run(state: AppState) {
+    // Its own connection: a blocking read on the shared one would stall
+    // every request behind it for up to READ_BLOCK.
+    let reader = match Queue::connect_blocking(&state.config.redis_url, &state.config.queue, READ_BLOCK) {
+        Ok(reader) => reader,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot deliver callbacks: bad Redis URL");
+            return;
+        }
+    };
     let consumer = format!("api-{}", uuid::Uuid::new_v4().simple());
     let permits = std::sync::Arc::new(tokio::sync::Semaphore::new(IN_FLIGHT));
     let mut backoff = Duration::from_millis(100);
     while !state.stopping.is_cancelled() {
         let available = permits.available_permits().max(1);
         let due = tokio::select! {
-            due = state.queue.due_callbacks(&consumer, available, Duration::from_secs(1), STALE) => due,
+            due = reader.due_callbacks(&consumer, available, READ_BLOCK, STALE) => due,
             () = state.stopping.cancelled() => return,
         };
         let due = match due {
