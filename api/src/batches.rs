@@ -138,6 +138,7 @@ pub async fn submit(
             limits.max_queue,
             idempotency,
             callback.as_deref(),
+            state.config.quotas.of(&caller.0),
         )
         .await?;
     let (batch_id, job_ids) = match enqueued {
@@ -157,6 +158,7 @@ pub async fn submit(
             let job_ids = state.queue.get_batch(&first).await?.map(|b| b.job_ids).unwrap_or_default();
             (first, job_ids)
         }
+        Enqueued::OverQuota(which) => return Err(ApiError::over_quota(which, state.config.quotas.of(&caller.0))),
     };
     Ok((StatusCode::ACCEPTED, Json(json!({ "id": batch_id, "job_ids": job_ids }))).into_response())
 }

@@ -4,6 +4,7 @@ use runbox_common::{ConfigError, SigningKey, env_or, env_required};
 
 use crate::auth::Tokens;
 use crate::callbacks::CallbackConfig;
+use crate::quotas::Quotas;
 
 /// The api's settings, read from the environment once at start-up.
 #[derive(Debug, Clone)]
@@ -21,6 +22,8 @@ pub struct ApiConfig {
     pub limits: ApiLimits,
     /// `RUNBOX_CALLBACK_SECRETS` and `RUNBOX_CALLBACK_ALLOW`.
     pub callbacks: CallbackConfig,
+    /// `RUNBOX_QUOTAS`.
+    pub quotas: Quotas,
 }
 
 /// What the api accepts.
@@ -113,6 +116,7 @@ impl ApiConfig {
                 &env_or("RUNBOX_CALLBACK_SECRETS", String::new())?,
                 &env_or("RUNBOX_CALLBACK_ALLOW", String::new())?,
             )?,
+            quotas: Quotas::parse(&env_or("RUNBOX_QUOTAS", String::new())?)?,
         })
     }
 }

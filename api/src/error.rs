@@ -26,6 +26,8 @@ pub enum ApiError {
     NotFound,
     #[error("the queue is full; retry after the Retry-After delay")]
     QueueFull,
+    #[error("{message}")]
+    QuotaExceeded { message: String, quota: runbox_common::Quota },
     #[error("the queue is unavailable; retry shortly")]
     Unavailable(#[source] runbox_common::QueueError),
     #[error("{} of {total} jobs are invalid; nothing was queued", errors.len())]
@@ -59,9 +61,29 @@ impl ApiError {
             ApiError::TooLarge { code, .. } => (StatusCode::PAYLOAD_TOO_LARGE, code),
             ApiError::NotFound => (StatusCode::NOT_FOUND, "not_found"),
             ApiError::QueueFull => (StatusCode::SERVICE_UNAVAILABLE, "queue_full"),
+            ApiError::QuotaExceeded { .. } => (StatusCode::TOO_MANY_REQUESTS, "quota_exceeded"),
             ApiError::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
             ApiError::InvalidBatch { .. } => (StatusCode::BAD_REQUEST, "invalid_batch"),
         }
+    }
+}
+
+impl ApiError {
+    /// The 429 for a submission that would pass `quota`.
+    pub fn over_quota(which: runbox_common::OverQuota, quota: runbox_common::Quota) -> ApiError {
+        let message = match which {
+            runbox_common::OverQuota::Active => format!(
+                "this token may have {} jobs queued or running at once; retry once some have finished",
+                quota.max_active
+            ),
+            runbox_common::OverQuota::Rate => {
+                format!(
+                    "this token may submit {} times per second; retry after the Retry-After delay",
+                    quota.per_second
+                )
+            }
+        };
+        ApiError::QuotaExceeded { message, quota }
     }
 }
 
@@ -82,8 +104,13 @@ impl IntoResponse for ApiError {
             body["error"]["jobs"] = json!(errors);
         }
         let mut response = (status, axum::Json(body)).into_response();
-        if status == StatusCode::SERVICE_UNAVAILABLE {
+        if status == StatusCode::SERVICE_UNAVAILABLE || status == StatusCode::TOO_MANY_REQUESTS {
             response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        }
+        if let ApiError::QuotaExceeded { quota, .. } = &self {
+            let headers = response.headers_mut();
+            headers.insert("runbox-quota-active", HeaderValue::from(quota.max_active));
+            headers.insert("runbox-quota-per-second", HeaderValue::from(quota.per_second));
         }
         if status == StatusCode::UNAUTHORIZED {
             response.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));

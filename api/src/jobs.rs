@@ -152,6 +152,7 @@ pub async fn submit(
             &now_rfc3339(),
             idempotency,
             callback.as_deref(),
+            state.config.quotas.of(&caller.0),
         )
         .await?;
     let duplicate = matches!(enqueued, Enqueued::Duplicate(_));
@@ -169,6 +170,7 @@ pub async fn submit(
             tracing::info!(id = %first, "idempotency key reused: answering with the first job");
             first
         }
+        Enqueued::OverQuota(which) => return Err(ApiError::over_quota(which, state.config.quotas.of(&caller.0))),
     };
 
     // A retried request answers with the first job as it is now.

@@ -11,6 +11,7 @@
 //! - `callbacks`: signed delivery of finished jobs and batches to `callback_url`.
 //! - `validate`: request body → job spec, with errors that say what to fix.
 //! - `auth`: bearer tokens, compared in constant time.
+//! - `quotas`: what each token may have queued and submit per second.
 //! - `waiters`: long-poll fan-out over one pub/sub subscription.
 //! - `error`: the one mapping from errors to HTTP responses.
 //! - `metrics`: every metric the api exports.
@@ -23,6 +24,7 @@ mod config;
 mod error;
 mod jobs;
 mod metrics;
+mod quotas;
 mod validate;
 mod waiters;
 

@@ -49,3 +49,11 @@ pub const CALLBACKS: &str = "runbox:callbacks";
 
 /// The consumer group api processes deliver callbacks through.
 pub const CALLBACK_GROUP: &str = "deliverers";
+
+/// Prefix of each owner's count of queued plus running jobs, for its quota;
+/// Lua scripts append the owner.
+pub const ACTIVE_PREFIX: &str = "runbox:active:";
+
+/// Prefix of each owner's per-second submission counters; Lua scripts
+/// append the owner, ":" and the second.
+pub const SUBMISSIONS_PREFIX: &str = "runbox:submissions:";

@@ -52,6 +52,24 @@ pub enum Enqueued {
     /// The idempotency key was used before, for this job or batch id;
     /// nothing new was queued.
     Duplicate(String),
+    /// The owner's quota would be passed; nothing was queued.
+    OverQuota(OverQuota),
+}
+
+/// What one owner may have queued and submit; 0 means no limit.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Quota {
+    /// Queued plus running jobs.
+    pub max_active: u64,
+    /// Submissions (a job, or a whole batch) per second.
+    pub per_second: u64,
+}
+
+/// Which quota a submission would have passed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OverQuota {
+    Active,
+    Rate,
 }
 
 /// An `Idempotency-Key` and how long to remember it.
@@ -179,6 +197,9 @@ if idempotency then
   if prior then return prior end
 end
 if redis.call('XLEN', KEYS[1]) + n > tonumber(ARGV[1]) then return 0 end
+local over = over_quota(ARGV[2], ARGV[10 + 4 * n], ARGV[11 + 4 * n], n)
+if over ~= 0 then return over end
+count_submission(ARGV[2], n)
 for i = 1, n do
   local at = 6 + (i - 1) * 4
   local entry = redis.call('XADD', KEYS[1], '*', 'id', ARGV[at + 1], 'payload', ARGV[at + 2], 'sig', ARGV[at + 3])
@@ -191,6 +212,43 @@ if ARGV[9 + 4 * n] ~= '' then redis.call('HSET', KEYS[2], 'callback', ARGV[9 + 4
 if idempotency then redis.call('SET', idempotency, ARGV[4], 'EX', ARGV[8 + 4 * n]) end
 return 1
 ";
+
+// An owner's quota: `over_quota` says whether `n` more jobs would pass it
+// (-1 queued plus running, -2 submissions this second), `count_submission`
+// counts them in, and `release_quota` counts a job out when it is final.
+static QUOTA: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        r"
+local function over_quota(owner, max_active, per_second, n)
+  max_active = tonumber(max_active)
+  per_second = tonumber(per_second)
+  if max_active > 0 and tonumber(redis.call('GET', '{active}' .. owner) or '0') + n > max_active then
+    return -1
+  end
+  if per_second > 0 then
+    local key = '{submissions}' .. owner .. ':' .. redis.call('TIME')[1]
+    if tonumber(redis.call('GET', key) or '0') + 1 > per_second then return -2 end
+  end
+  return 0
+end
+local function count_submission(owner, n)
+  redis.call('INCRBY', '{active}' .. owner, n)
+  local key = '{submissions}' .. owner .. ':' .. redis.call('TIME')[1]
+  redis.call('INCR', key)
+  redis.call('EXPIRE', key, 2)
+end
+local function release_quota(job_key)
+  local owner = redis.call('HGET', job_key, 'owner')
+  if owner then
+    local key = '{active}' .. owner
+    if redis.call('DECR', key) <= 0 then redis.call('DEL', key) end
+  end
+end
+",
+        active = keys::ACTIVE_PREFIX,
+        submissions = keys::SUBMISSIONS_PREFIX
+    )
+});
 
 // Queues the callback of a job or batch (`kind`) that just finished, if
 // its owner asked for one, on the `keys::CALLBACKS` stream.
@@ -229,6 +287,7 @@ local function cancel_queued(job_key, id, stream, group, finished_at, result, tt
   local entry = redis.call('HGET', job_key, 'entry')
   redis.call('HSET', job_key, 'status', 'cancelled', 'finished_at', finished_at, 'result', result)
   redis.call('EXPIRE', job_key, ttl)
+  release_quota(job_key)
   if entry then
     redis.call('XACK', stream, group, entry)
     redis.call('XDEL', stream, entry)
@@ -262,6 +321,9 @@ if KEYS[3] then
 end
 local depth = redis.call('XLEN', KEYS[1])
 if depth >= tonumber(ARGV[1]) then return 0 end
+local over = over_quota(ARGV[5], ARGV[10], ARGV[11], 1)
+if over ~= 0 then return over end
+count_submission(ARGV[5], 1)
 local entry = redis.call('XADD', KEYS[1], '*', 'id', ARGV[2], 'payload', ARGV[3], 'sig', ARGV[4])
 redis.call('HSET', KEYS[2], 'status', 'queued', 'owner', ARGV[5], 'language', ARGV[6],
   'created_at', ARGV[7], 'entry', entry)
@@ -301,6 +363,7 @@ if status == false or status == 'queued' or status == 'running' then
     'boot_ms', ARGV[9], 'write_ms', write_ms)
   if ARGV[11] ~= '' then redis.call('HSET', KEYS[1], 'verdict', ARGV[11]) end
   redis.call('HDEL', KEYS[1], 'cancel')
+  release_quota(KEYS[1])
   queue_callback(KEYS[1], 'job', ARGV[8])
   local batch_key = batch_progress(KEYS[1], ARGV[12], ARGV[4], ARGV[7])
   if batch_key and ARGV[13] == '1' then
@@ -329,14 +392,14 @@ end
 return 'final'
 ";
 
-static ENQUEUE_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(ENQUEUE));
-static ENQUEUE_BATCH_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(ENQUEUE_BATCH));
+static ENQUEUE_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(&format!("{}{ENQUEUE}", *QUOTA)));
+static ENQUEUE_BATCH_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(&format!("{}{ENQUEUE_BATCH}", *QUOTA)));
 static START_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(&format!("{NOW_MS}{START}")));
 static FINISH_SCRIPT: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(&format!("{NOW_MS}{}{BATCH_PROGRESS}{CANCEL_QUEUED}{STOP_BATCH}{FINISH}", *QUEUE_CALLBACK))
+    Script::new(&format!("{NOW_MS}{}{}{BATCH_PROGRESS}{CANCEL_QUEUED}{STOP_BATCH}{FINISH}", *QUOTA, *QUEUE_CALLBACK))
 });
 static CANCEL_SCRIPT: LazyLock<Script> =
-    LazyLock::new(|| Script::new(&format!("{}{BATCH_PROGRESS}{CANCEL_QUEUED}{CANCEL}", *QUEUE_CALLBACK)));
+    LazyLock::new(|| Script::new(&format!("{}{}{BATCH_PROGRESS}{CANCEL_QUEUED}{CANCEL}", *QUOTA, *QUEUE_CALLBACK)));
 
 /// Time for one Redis reply. A blocking claim adds its own block time.
 const RESPONSE_TIMEOUT: Duration = Duration::from_secs(5);
@@ -442,6 +505,7 @@ impl Queue {
         created_at: &str,
         idempotency: Option<Idempotency<'_>>,
         callback: Option<&str>,
+        quota: Quota,
     ) -> Result<Enqueued, QueueError> {
         let mut invocation = ENQUEUE_SCRIPT.key(&self.stream);
         invocation.key(keys::job(id));
@@ -450,7 +514,7 @@ impl Queue {
         }
         invocation.arg(cap).arg(id).arg(payload).arg(signature).arg(owner).arg(language).arg(created_at);
         invocation.arg(idempotency.map_or(0, |i| i.ttl.as_secs().max(1)));
-        invocation.arg(callback.unwrap_or(""));
+        invocation.arg(callback.unwrap_or("")).arg(quota.max_active).arg(quota.per_second);
         enqueued(invocation.invoke_async(&mut self.conn.clone()).await?)
     }
 
@@ -467,6 +531,7 @@ impl Queue {
         cap: u64,
         idempotency: Option<Idempotency<'_>>,
         callback: Option<&str>,
+        quota: Quota,
     ) -> Result<Enqueued, QueueError> {
         let ids: Vec<&str> = jobs.iter().map(|j| j.id.as_str()).collect();
         let ids = serde_json::to_string(&ids).map_err(|e| QueueError::Protocol(e.to_string()))?;
@@ -484,7 +549,7 @@ impl Queue {
         }
         invocation.arg(if stop_on_failure { "1" } else { "0" });
         invocation.arg(idempotency.map_or(0, |i| i.ttl.as_secs().max(1)));
-        invocation.arg(callback.unwrap_or(""));
+        invocation.arg(callback.unwrap_or("")).arg(quota.max_active).arg(quota.per_second);
         enqueued(invocation.invoke_async(&mut self.conn.clone()).await?)
     }
 
@@ -919,6 +984,8 @@ fn enqueued(reply: Value) -> Result<Enqueued, QueueError> {
     match reply {
         Value::Int(1) => Ok(Enqueued::Accepted),
         Value::Int(0) => Ok(Enqueued::Full),
+        Value::Int(-1) => Ok(Enqueued::OverQuota(OverQuota::Active)),
+        Value::Int(-2) => Ok(Enqueued::OverQuota(OverQuota::Rate)),
         other => as_string(&other)
             .map(Enqueued::Duplicate)
             .ok_or_else(|| QueueError::Protocol(format!("enqueue replied {other:?}"))),

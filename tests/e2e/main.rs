@@ -11,6 +11,7 @@ mod batches;
 mod callbacks;
 mod cancel;
 mod longpoll;
+mod quotas;
 mod recovery;
 mod redis_setups;
 mod roundtrip;
