@@ -50,6 +50,12 @@ impl Tokens {
         Ok(Tokens(tokens))
     }
 
+    /// Whether any token equals `secret`: the signing key must not, or a
+    /// caller holding that token could forge jobs for the workers.
+    pub fn contains(&self, secret: &[u8]) -> bool {
+        self.0.iter().any(|(_, token)| token.as_slice() == secret)
+    }
+
     /// The name of the token equal to `presented`, if any.
     fn check(&self, presented: &[u8]) -> Option<&str> {
         let mut found = None;

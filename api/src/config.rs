@@ -102,12 +102,21 @@ impl ApiConfig {
                 reason: "must not exceed RUNBOX_MAX_TIMEOUT_MS".into(),
             });
         }
+        let tokens = Tokens::parse(&tokens)?;
+        let signing_key = env_required(
+            "RUNBOX_SIGNING_KEY",
+            "a secret of at least 32 bytes, distinct from every api token, shared with the workers",
+        )?;
+        if tokens.contains(signing_key.as_bytes()) {
+            return Err(ConfigError::Invalid {
+                name: "RUNBOX_SIGNING_KEY",
+                value: "(hidden)".into(),
+                reason: "equals one of RUNBOX_API_TOKENS; a caller with that token could sign jobs itself".into(),
+            });
+        }
         Ok(ApiConfig {
-            tokens: Tokens::parse(&tokens)?,
-            signing_key: SigningKey::new(env_required(
-                "RUNBOX_SIGNING_KEY",
-                "a secret of at least 32 bytes, distinct from every api token, shared with the workers",
-            )?)?,
+            tokens,
+            signing_key: SigningKey::new(signing_key)?,
             redis_url: env_or("REDIS_URL", "redis://127.0.0.1:6379".to_owned())?,
             queue: env_or("RUNBOX_QUEUE", "default".to_owned())?,
             port: env_or("PORT", 8080)?,

@@ -1023,7 +1023,10 @@ fn parse_callback(value: Value) -> Option<CallbackDue> {
     Some(CallbackDue { entry, kind: get("kind")?, id: get("id")? })
 }
 
-/// Parses `[entry-id, [field, value, ...]]`; None for deleted or foreign entries.
+/// Parses `[entry-id, [field, value, ...]]`; None only for a malformed
+/// reply. A deleted entry (no fields) or a foreign one (other fields) comes
+/// back with empty strings: its signature cannot verify, so the worker ends
+/// it as `rejected` instead of leaving it pending forever.
 fn parse_entry(value: Value, deliveries: u64) -> Option<Claimed> {
     let Value::Array(mut parts) = value else { return None };
     let fields = parts.pop()?;

@@ -127,6 +127,12 @@ async fn api_refuses_to_start_without_tokens_or_key() {
         assert!(!status.success());
         assert!(process.logs().contains(named), "error does not name {named}: {}", process.logs());
     }
+    // A signing key equal to a token would let that token's holder sign jobs.
+    let shared = "the-same-secret-0123456789abcdef0123456789";
+    let env = [("RUNBOX_API_TOKENS", &*format!("alice:{shared}")), ("RUNBOX_SIGNING_KEY", shared)];
+    let mut process = Api::spawn_raw(&redis, &env).await;
+    assert!(!process.wait(std::time::Duration::from_secs(10)).await.success());
+    assert!(process.logs().contains("equals one of RUNBOX_API_TOKENS"), "{}", process.logs());
 }
 
 #[tokio::test]
