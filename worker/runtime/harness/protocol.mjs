@@ -19,9 +19,9 @@
 // program's last output, FILES_MARKER + nonce + "\n" and one line of JSON,
 // `{"files": [{path, content (base64), size, truncated}], "truncated": bool}`.
 //
-// A shared-lane child (see python.mjs) runs many jobs of one batch, so its
-// stdin carries only frames: the program's stdin is the frame's `stdin`
-// field. After each job the harness writes, in one write each,
+// A shared-lane child (see python.mjs and js.mjs) runs many jobs of one
+// batch, so its stdin carries only frames: a Python program's stdin is the
+// frame's `stdin` field (a JS job with stdin never goes there). After each job the harness writes, in one write each,
 // END_MARKER + nonce + ":" + exit status + ":" + (1 if the realm is still
 // clean, else 0) + "\n" on stdout, and END_MARKER + nonce + "\n" on stderr.
 // The runner reads each stream up to its marker; the program never sees the
