@@ -16,6 +16,7 @@
 mod config;
 mod job;
 pub mod keys;
+pub mod process;
 mod queue;
 mod sign;
 mod time;

@@ -56,7 +56,7 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    init_tracing();
+    runbox_common::process::init_tracing();
     match run() {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -72,7 +72,7 @@ fn run() -> anyhow::Result<()> {
     match cli.command {
         None => {
             let config = WorkerConfig::from_env()?;
-            runtime.block_on(runbox_worker::run(config, shutdown_signal()))?;
+            runtime.block_on(runbox_worker::run(config, runbox_common::process::shutdown_signal()))?;
         }
         Some(Command::Exec { language, file, stdin, timeout_ms }) => runtime.block_on(async {
             let code = if file.as_os_str() == "-" {
@@ -94,26 +94,4 @@ fn run() -> anyhow::Result<()> {
         }
     }
     Ok(())
-}
-
-/// Resolves on SIGTERM or SIGINT.
-async fn shutdown_signal() {
-    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-        Ok(term) => term,
-        Err(_) => return std::future::pending().await,
-    };
-    tokio::select! {
-        _ = term.recv() => {}
-        _ = tokio::signal::ctrl_c() => {}
-    }
-}
-
-fn init_tracing() {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
-    if std::env::var("RUST_LOG_FORMAT").is_ok_and(|f| f == "json") {
-        builder.json().init();
-    } else {
-        builder.init();
-    }
 }
