@@ -477,10 +477,15 @@ impl Queue {
 
     /// Creates the stream and consumer group if they do not exist.
     pub async fn ensure_group(&self) -> Result<(), QueueError> {
+        self.create_group(&self.stream, keys::GROUP).await
+    }
+
+    /// Creates `stream` and its consumer `group` unless they exist.
+    async fn create_group(&self, stream: &str, group: &str) -> Result<(), QueueError> {
         let created: RedisResult<()> = redis::cmd("XGROUP")
             .arg("CREATE")
-            .arg(&self.stream)
-            .arg(keys::GROUP)
+            .arg(stream)
+            .arg(group)
             .arg("0")
             .arg("MKSTREAM")
             .query_async(&mut self.conn.clone())
@@ -608,17 +613,7 @@ impl Queue {
             }
             other => other?,
         };
-        // Reply: nil, or [[stream, [[entry, [field, value, ...]], ...]]]
-        let mut claimed = Vec::new();
-        if let Value::Array(streams) = reply {
-            for stream in streams {
-                let Value::Array(mut parts) = stream else { continue };
-                if let Some(Value::Array(entries)) = parts.pop() {
-                    claimed.extend(entries.into_iter().filter_map(|e| parse_entry(e, 1)));
-                }
-            }
-        }
-        Ok(claimed)
+        Ok(read_entries(reply).into_iter().filter_map(|e| parse_entry(e, 1)).collect())
     }
 
     /// Resets the idle time of `entries`, which `consumer` holds, so that
@@ -665,18 +660,7 @@ impl Queue {
 
     /// Creates the callback stream and its deliverers' group if needed.
     pub async fn ensure_callback_group(&self) -> Result<(), QueueError> {
-        let created: RedisResult<()> = redis::cmd("XGROUP")
-            .arg("CREATE")
-            .arg(keys::CALLBACKS)
-            .arg(keys::CALLBACK_GROUP)
-            .arg("0")
-            .arg("MKSTREAM")
-            .query_async(&mut self.conn.clone())
-            .await;
-        match created {
-            Err(e) if e.code() == Some("BUSYGROUP") => Ok(()),
-            other => Ok(other?),
-        }
+        self.create_group(keys::CALLBACKS, keys::CALLBACK_GROUP).await
     }
 
     /// Callbacks for `consumer` to deliver: up to `count` that another
@@ -718,16 +702,7 @@ impl Queue {
             .arg(">")
             .query_async(&mut self.conn.clone())
             .await?;
-        let mut due = Vec::new();
-        if let Value::Array(streams) = reply {
-            for stream in streams {
-                let Value::Array(mut parts) = stream else { continue };
-                if let Some(Value::Array(entries)) = parts.pop() {
-                    due.extend(entries.into_iter().filter_map(parse_callback));
-                }
-            }
-        }
-        Ok(due)
+        Ok(read_entries(reply).into_iter().filter_map(parse_callback).collect())
     }
 
     /// Ends a callback's delivery, whether it got through or was given up.
@@ -1014,13 +989,35 @@ fn flat_pairs(value: Value) -> Vec<(String, String)> {
     items.chunks(2).filter_map(|kv| Some((as_string(kv.first()?)?, as_string(kv.get(1)?)?))).collect()
 }
 
-/// Parses a callback entry, `[entry-id, [kind, k, id, i]]`.
-fn parse_callback(value: Value) -> Option<CallbackDue> {
+/// The entries of an `XREADGROUP` reply: nil, or
+/// `[[stream, [[entry, [field, value, ...]], ...]], ...]`.
+fn read_entries(reply: Value) -> Vec<Value> {
+    let Value::Array(streams) = reply else { return Vec::new() };
+    let mut entries = Vec::new();
+    for stream in streams {
+        let Value::Array(mut parts) = stream else { continue };
+        if let Some(Value::Array(found)) = parts.pop() {
+            entries.extend(found);
+        }
+    }
+    entries
+}
+
+/// Splits `[entry-id, [field, value, ...]]` into the id and the fields.
+fn entry_fields(value: Value) -> Option<(String, Vec<(String, String)>)> {
     let Value::Array(mut parts) = value else { return None };
     let fields = flat_pairs(parts.pop()?);
-    let entry = as_string(parts.first()?)?;
-    let get = |name: &str| fields.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone());
-    Some(CallbackDue { entry, kind: get("kind")?, id: get("id")? })
+    Some((as_string(parts.first()?)?, fields))
+}
+
+fn field(fields: &[(String, String)], name: &str) -> Option<String> {
+    fields.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone())
+}
+
+/// Parses a callback entry, `[entry-id, [kind, k, id, i]]`.
+fn parse_callback(value: Value) -> Option<CallbackDue> {
+    let (entry, fields) = entry_fields(value)?;
+    Some(CallbackDue { entry, kind: field(&fields, "kind")?, id: field(&fields, "id")? })
 }
 
 /// Parses `[entry-id, [field, value, ...]]`; None only for a malformed
@@ -1028,16 +1025,12 @@ fn parse_callback(value: Value) -> Option<CallbackDue> {
 /// back with empty strings: its signature cannot verify, so the worker ends
 /// it as `rejected` instead of leaving it pending forever.
 fn parse_entry(value: Value, deliveries: u64) -> Option<Claimed> {
-    let Value::Array(mut parts) = value else { return None };
-    let fields = parts.pop()?;
-    let entry = as_string(parts.first()?)?;
-    let fields = flat_pairs(fields);
-    let get = |name: &str| fields.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone());
+    let (entry, fields) = entry_fields(value)?;
     Some(Claimed {
         entry,
-        id: get("id").unwrap_or_default(),
-        payload: get("payload").unwrap_or_default(),
-        signature: get("sig").unwrap_or_default(),
+        id: field(&fields, "id").unwrap_or_default(),
+        payload: field(&fields, "payload").unwrap_or_default(),
+        signature: field(&fields, "sig").unwrap_or_default(),
         deliveries,
     })
 }
