@@ -116,15 +116,7 @@ async fn tls_with_a_user_and_password_works_end_to_end() {
 
 #[tokio::test]
 async fn a_redis_that_evicts_keys_is_refused_at_start() {
-    let port = free_port();
-    let _server = Command::new("redis-server")
-        .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--maxmemory-policy", "allkeys-lru"])
-        .stdout(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("redis-server");
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let redis = Redis::absent(port);
+    let redis = Redis::start_with(free_port(), &["--maxmemory-policy", "allkeys-lru"]).await;
     let mut api = Api::spawn_raw(&redis, &[]).await;
     let status = api.wait(Duration::from_secs(20)).await;
     assert!(!status.success());

@@ -42,8 +42,14 @@ impl Redis {
     }
 
     pub async fn start_on(port: u16) -> Redis {
+        Redis::start_with(port, &[]).await
+    }
+
+    /// A server on `port` with `extra` configuration arguments.
+    pub async fn start_with(port: u16, extra: &[&str]) -> Redis {
         let child = Command::new("redis-server")
             .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .args(extra)
             .stdout(Stdio::null())
             .kill_on_drop(true)
             .spawn()
