@@ -116,9 +116,6 @@ pub async fn run(
 ) -> Result<(), std::io::Error> {
     let state = AppState::new(config).map_err(std::io::Error::other)?;
     check_redis(&state.queue).await.map_err(std::io::Error::other)?;
-    if let Err(e) = state.queue.ensure_group().await {
-        tracing::warn!(error = %e, "redis is not reachable yet; /readyz will say so until it is");
-    }
     if let Err(e) = state.queue.ensure_callback_group().await {
         tracing::warn!(error = %e, "could not create the callback group yet; the deliverer will retry");
     }

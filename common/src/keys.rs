@@ -13,11 +13,35 @@ pub const CANCEL_CHANNEL: &str = "runbox:cancel";
 /// Hash of live workers: consumer name → JSON [`crate::WorkerInfo`].
 pub const WORKERS: &str = "runbox:workers";
 
-/// The stream of jobs waiting for, or held by, a worker. Entries are
-/// deleted once their result is written, so its length is the queue depth
-/// (queued plus running).
-pub fn jobs_stream(queue: &str) -> String {
-    format!("runbox:{queue}:jobs")
+/// Prefix of each owner's job stream in `queue`; Lua scripts append the
+/// owner. Every owner (api token name) has its own stream of jobs waiting
+/// for, or held by, a worker, so that workers can take turns between
+/// owners. Entries are deleted once their result is written, so the
+/// streams' lengths add up to the queue depth (queued plus running).
+pub fn jobs_stream_prefix(queue: &str) -> String {
+    format!("runbox:{queue}:jobs:")
+}
+
+/// The job stream of `owner` in `queue`.
+pub fn jobs_stream(queue: &str, owner: &str) -> String {
+    format!("{}{owner}", jobs_stream_prefix(queue))
+}
+
+/// Set of every owner stream in `queue` that may hold entries: what the
+/// depth, takeover and clean-up go through.
+pub fn streams(queue: &str) -> String {
+    format!("runbox:{queue}:streams")
+}
+
+/// List of the owners in `queue` with jobs no worker has claimed yet, in
+/// the order workers take their turns (see `Queue::claim`).
+pub fn ready_owners(queue: &str) -> String {
+    format!("runbox:{queue}:ready")
+}
+
+/// List an enqueue pushes a token onto, to wake a worker blocked on it.
+pub fn wake(queue: &str) -> String {
+    format!("runbox:{queue}:wake")
 }
 
 /// Prefix of every job hash; Lua scripts append a job id to it.

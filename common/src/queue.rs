@@ -1,13 +1,18 @@
-//! The job queue on Redis: one stream with one consumer group, one hash per
-//! job, and two pub/sub channels. Every multi-step change is one Lua script,
-//! so a crash or a concurrent client never sees half of it.
+//! The job queue on Redis: a stream per owner (api token) with one consumer
+//! group each, one hash per job, and two pub/sub channels. Every multi-step
+//! change is one Lua script, so a crash or a concurrent client never sees
+//! half of it.
 //!
 //! Life of a job:
 //!
 //! 1. [`Queue::enqueue`] checks the depth cap, writes the job hash
-//!    (`queued`) and appends the signed payload to the stream, atomically.
-//! 2. A worker [`Queue::claim`]s entries (`XREADGROUP`), verifies them, and
-//!    [`Queue::start`]s each (`running`), unless it was cancelled meanwhile.
+//!    (`queued`), appends the signed payload to its owner's stream and puts
+//!    the owner in the ready ring, atomically.
+//! 2. A worker [`Queue::claim`]s entries, one from each ready owner in
+//!    turn, verifies them, and [`Queue::start`]s each (`running`), unless it
+//!    was cancelled meanwhile. Taking turns is what keeps one owner's
+//!    thousands of jobs from delaying another owner's few: with `k` owners
+//!    waiting, each gets every `k`-th claim.
 //! 3. [`Queue::finish`] writes the final status and result once (a second
 //!    write is a no-op), sets the TTL, acks and deletes the entry, and
 //!    publishes the id on [`keys::DONE_CHANNEL`].
@@ -40,7 +45,7 @@ pub enum QueueError {
     Unsuitable(String),
 }
 
-/// The oldest Redis runbox works with: `XAUTOCLAIM` came in 6.2.
+/// The oldest Redis runbox works with: `XAUTOCLAIM` and `LMOVE` came in 6.2.
 const MIN_REDIS_VERSION: (u32, u32) = (6, 2);
 
 /// How an enqueue went.
@@ -94,6 +99,8 @@ pub enum Cancelled {
 /// A stream entry a worker has claimed.
 #[derive(Debug, Clone)]
 pub struct Claimed {
+    /// The owner stream it is in.
+    pub stream: String,
     /// The stream entry id, needed to ack it.
     pub entry: String,
     pub id: String,
@@ -185,31 +192,66 @@ pub struct Timings {
 pub struct Queue {
     conn: ConnectionManager,
     client: redis::Client,
-    stream: String,
+    /// [`keys::jobs_stream_prefix`] of this queue.
+    stream_prefix: String,
+    /// [`keys::streams`], [`keys::ready_owners`] and [`keys::wake`] of this queue.
+    streams: String,
+    ready: String,
+    wake: String,
 }
 
-// KEYS[3 + n], when given, is the idempotency key, as in ENQUEUE.
+// How owner streams are kept: `depth` counts queued plus running jobs in
+// every one; `admit` makes sure an owner's stream has the workers' group
+// before jobs go in; `announce` puts the owner in the ready ring, if not
+// there already, and leaves a wake-up token per job (at most WAKE_TOKENS
+// are kept) for workers blocked in `Queue::claim`.
+const OWNER_STREAMS: &str = r"
+local function depth(streams)
+  local n = 0
+  for _, stream in ipairs(redis.call('SMEMBERS', streams)) do n = n + redis.call('XLEN', stream) end
+  return n
+end
+local function admit(stream, streams, group)
+  if redis.call('SADD', streams, stream) == 1 or redis.call('EXISTS', stream) == 0 then
+    redis.pcall('XGROUP', 'CREATE', stream, group, '0', 'MKSTREAM')
+  end
+end
+local function announce(ready, wake, owner, jobs, keep)
+  if not redis.call('LPOS', ready, owner) then redis.call('RPUSH', ready, owner) end
+  for _ = 1, math.min(jobs, keep) do redis.call('RPUSH', wake, '1') end
+  redis.call('LTRIM', wake, -keep, -1)
+end
+";
+
+/// Wake-up tokens kept for blocked workers: enough for every worker slot
+/// of a large pool; a worker that finds none waits out its block time.
+const WAKE_TOKENS: u64 = 256;
+
+// KEYS: owner stream, streams set, ready ring, wake list, batch, n jobs,
+// then the idempotency key when given (as in ENQUEUE).
 const ENQUEUE_BATCH: &str = r"
 local n = tonumber(ARGV[6])
-local idempotency = KEYS[3 + n]
+local idempotency = KEYS[6 + n]
 if idempotency then
   local prior = redis.call('GET', idempotency)
   if prior then return prior end
 end
-if redis.call('XLEN', KEYS[1]) + n > tonumber(ARGV[1]) then return 0 end
+if depth(KEYS[2]) + n > tonumber(ARGV[1]) then return 0 end
 local over = over_quota(ARGV[2], ARGV[10 + 4 * n], ARGV[11 + 4 * n], n)
 if over ~= 0 then return over end
 count_submission(ARGV[2], n)
+admit(KEYS[1], KEYS[2], ARGV[12 + 4 * n])
 for i = 1, n do
   local at = 6 + (i - 1) * 4
   local entry = redis.call('XADD', KEYS[1], '*', 'id', ARGV[at + 1], 'payload', ARGV[at + 2], 'sig', ARGV[at + 3])
-  redis.call('HSET', KEYS[2 + i], 'status', 'queued', 'owner', ARGV[2], 'language', ARGV[at + 4],
-    'created_at', ARGV[3], 'entry', entry, 'batch', ARGV[4])
+  redis.call('HSET', KEYS[5 + i], 'status', 'queued', 'owner', ARGV[2], 'language', ARGV[at + 4],
+    'created_at', ARGV[3], 'stream', KEYS[1], 'entry', entry, 'batch', ARGV[4])
 end
-redis.call('HSET', KEYS[2], 'owner', ARGV[2], 'created_at', ARGV[3], 'size', n, 'done', 0, 'jobs', ARGV[5],
+redis.call('HSET', KEYS[5], 'owner', ARGV[2], 'created_at', ARGV[3], 'size', n, 'done', 0, 'jobs', ARGV[5],
   'stop_on_failure', ARGV[7 + 4 * n])
-if ARGV[9 + 4 * n] ~= '' then redis.call('HSET', KEYS[2], 'callback', ARGV[9 + 4 * n]) end
+if ARGV[9 + 4 * n] ~= '' then redis.call('HSET', KEYS[5], 'callback', ARGV[9 + 4 * n]) end
 if idempotency then redis.call('SET', idempotency, ARGV[4], 'EX', ARGV[8 + 4 * n]) end
+announce(KEYS[3], KEYS[4], ARGV[2], n, tonumber(ARGV[13 + 4 * n]))
 return 1
 ";
 
@@ -283,12 +325,12 @@ end
 // Ends a queued job as cancelled: it never runs. Shared by a cancel request
 // and by a batch that stops on its first failure.
 const CANCEL_QUEUED: &str = r"
-local function cancel_queued(job_key, id, stream, group, finished_at, result, ttl, channel, batch_prefix)
-  local entry = redis.call('HGET', job_key, 'entry')
+local function cancel_queued(job_key, id, group, finished_at, result, ttl, channel, batch_prefix)
+  local stream, entry = unpack(redis.call('HMGET', job_key, 'stream', 'entry'))
   redis.call('HSET', job_key, 'status', 'cancelled', 'finished_at', finished_at, 'result', result)
   redis.call('EXPIRE', job_key, ttl)
   release_quota(job_key)
-  if entry then
+  if stream and entry then
     redis.call('XACK', stream, group, entry)
     redis.call('XDEL', stream, entry)
   end
@@ -301,36 +343,70 @@ end
 // After a failed job of a batch that stops on the first failure: cancels
 // every job of it still queued.
 const STOP_BATCH: &str = r"
-local function stop_batch(key, batch_prefix, job_prefix, stream, group, finished_at, result, ttl, channel)
+local function stop_batch(key, batch_prefix, job_prefix, group, finished_at, result, ttl, channel)
   if redis.call('HGET', key, 'stop_on_failure') ~= '1' then return end
   for _, id in ipairs(cjson.decode(redis.call('HGET', key, 'jobs'))) do
     local job_key = job_prefix .. id
     if redis.call('HGET', job_key, 'status') == 'queued' then
-      cancel_queued(job_key, id, stream, group, finished_at, result, ttl, channel, batch_prefix)
+      cancel_queued(job_key, id, group, finished_at, result, ttl, channel, batch_prefix)
     end
   end
 end
 ";
 
-// KEYS[3], when given, is the idempotency key: a second use returns the
-// first job's id and queues nothing.
+// KEYS: owner stream, streams set, ready ring, wake list, job, then the
+// idempotency key when given: a second use returns the first job's id and
+// queues nothing.
 const ENQUEUE: &str = r"
-if KEYS[3] then
-  local prior = redis.call('GET', KEYS[3])
+if KEYS[6] then
+  local prior = redis.call('GET', KEYS[6])
   if prior then return prior end
 end
-local depth = redis.call('XLEN', KEYS[1])
-if depth >= tonumber(ARGV[1]) then return 0 end
+if depth(KEYS[2]) >= tonumber(ARGV[1]) then return 0 end
 local over = over_quota(ARGV[5], ARGV[10], ARGV[11], 1)
 if over ~= 0 then return over end
 count_submission(ARGV[5], 1)
+admit(KEYS[1], KEYS[2], ARGV[12])
 local entry = redis.call('XADD', KEYS[1], '*', 'id', ARGV[2], 'payload', ARGV[3], 'sig', ARGV[4])
-redis.call('HSET', KEYS[2], 'status', 'queued', 'owner', ARGV[5], 'language', ARGV[6],
-  'created_at', ARGV[7], 'entry', entry)
-if ARGV[9] ~= '' then redis.call('HSET', KEYS[2], 'callback', ARGV[9]) end
-if KEYS[3] then redis.call('SET', KEYS[3], ARGV[2], 'EX', ARGV[8]) end
+redis.call('HSET', KEYS[5], 'status', 'queued', 'owner', ARGV[5], 'language', ARGV[6],
+  'created_at', ARGV[7], 'stream', KEYS[1], 'entry', entry)
+if ARGV[9] ~= '' then redis.call('HSET', KEYS[5], 'callback', ARGV[9]) end
+if KEYS[6] then redis.call('SET', KEYS[6], ARGV[2], 'EX', ARGV[8]) end
+announce(KEYS[3], KEYS[4], ARGV[5], 1, tonumber(ARGV[13]))
 return 1
 ";
+
+// Claims up to ARGV[4] entries for consumer ARGV[3], taking turns between
+// the owners in the ready ring (KEYS[1]): each turn moves the owner at the
+// head to the tail and reads one new entry of its stream (prefix ARGV[1],
+// group ARGV[2]). An owner with nothing new leaves the ring until its next
+// enqueue. Replies [[stream, [entry-id, [field, value, ...]]], ...].
+const CLAIM: &str = r"
+local claimed = {}
+while #claimed < tonumber(ARGV[4]) do
+  local owner = redis.call('LMOVE', KEYS[1], KEYS[1], 'LEFT', 'RIGHT')
+  if not owner then break end
+  local stream = ARGV[1] .. owner
+  local read = function()
+    return redis.pcall('XREADGROUP', 'GROUP', ARGV[2], ARGV[3], 'COUNT', 1, 'STREAMS', stream, '>')
+  end
+  local reply = read()
+  if type(reply) == 'table' and reply.err then
+    -- Redis lost the group (a restart without persistence): make it again.
+    redis.call('XGROUP', 'CREATE', stream, ARGV[2], '0', 'MKSTREAM')
+    reply = read()
+  end
+  local entry = reply and reply[1] and reply[1][2][1]
+  if entry then
+    table.insert(claimed, {stream, entry})
+  else
+    redis.call('LREM', KEYS[1], -1, owner)
+  end
+end
+return claimed
+";
+
+const DEPTH: &str = "return depth(KEYS[1])";
 
 // Times are measured on Redis's clock: the entry id starts with the
 // enqueue time in milliseconds.
@@ -367,7 +443,7 @@ if status == false or status == 'queued' or status == 'running' then
   queue_callback(KEYS[1], 'job', ARGV[8])
   local batch_key = batch_progress(KEYS[1], ARGV[12], ARGV[4], ARGV[7])
   if batch_key and ARGV[13] == '1' then
-    stop_batch(batch_key, ARGV[12], ARGV[14], KEYS[2], ARGV[5], ARGV[3], ARGV[15], ARGV[4], ARGV[7])
+    stop_batch(batch_key, ARGV[12], ARGV[14], ARGV[5], ARGV[3], ARGV[15], ARGV[4], ARGV[7])
   end
 end
 redis.call('EXPIRE', KEYS[1], ARGV[4])
@@ -381,7 +457,7 @@ const CANCEL: &str = r"
 local status = redis.call('HGET', KEYS[1], 'status')
 if status == false then return 'not_found' end
 if status == 'queued' then
-  cancel_queued(KEYS[1], ARGV[6], KEYS[2], ARGV[4], ARGV[1], ARGV[2], ARGV[3], ARGV[5], ARGV[8])
+  cancel_queued(KEYS[1], ARGV[6], ARGV[4], ARGV[1], ARGV[2], ARGV[3], ARGV[5], ARGV[8])
   return 'queued'
 end
 if status == 'running' then
@@ -392,8 +468,11 @@ end
 return 'final'
 ";
 
-static ENQUEUE_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(&format!("{}{ENQUEUE}", *QUOTA)));
-static ENQUEUE_BATCH_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(&format!("{}{ENQUEUE_BATCH}", *QUOTA)));
+static ENQUEUE_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(&format!("{OWNER_STREAMS}{}{ENQUEUE}", *QUOTA)));
+static ENQUEUE_BATCH_SCRIPT: LazyLock<Script> =
+    LazyLock::new(|| Script::new(&format!("{OWNER_STREAMS}{}{ENQUEUE_BATCH}", *QUOTA)));
+static CLAIM_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(CLAIM));
+static DEPTH_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(&format!("{OWNER_STREAMS}{DEPTH}")));
 static START_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(&format!("{NOW_MS}{START}")));
 static FINISH_SCRIPT: LazyLock<Script> = LazyLock::new(|| {
     Script::new(&format!("{NOW_MS}{}{}{BATCH_PROGRESS}{CANCEL_QUEUED}{STOP_BATCH}{FINISH}", *QUOTA, *QUEUE_CALLBACK))
@@ -425,7 +504,14 @@ impl Queue {
             .set_number_of_retries(2)
             .set_max_delay(Duration::from_millis(500));
         let conn = ConnectionManager::new_lazy_with_config(client.clone(), config)?;
-        Ok(Queue { conn, client, stream: keys::jobs_stream(queue) })
+        Ok(Queue {
+            conn,
+            client,
+            stream_prefix: keys::jobs_stream_prefix(queue),
+            streams: keys::streams(queue),
+            ready: keys::ready_owners(queue),
+            wake: keys::wake(queue),
+        })
     }
 
     /// A new pub/sub connection, subscribed to `channels`.
@@ -475,11 +561,6 @@ impl Queue {
         Ok(())
     }
 
-    /// Creates the stream and consumer group if they do not exist.
-    pub async fn ensure_group(&self) -> Result<(), QueueError> {
-        self.create_group(&self.stream, keys::GROUP).await
-    }
-
     /// Creates `stream` and its consumer `group` unless they exist.
     async fn create_group(&self, stream: &str, group: &str) -> Result<(), QueueError> {
         let created: RedisResult<()> = redis::cmd("XGROUP")
@@ -512,14 +593,15 @@ impl Queue {
         callback: Option<&str>,
         quota: Quota,
     ) -> Result<Enqueued, QueueError> {
-        let mut invocation = ENQUEUE_SCRIPT.key(&self.stream);
-        invocation.key(keys::job(id));
+        let mut invocation = ENQUEUE_SCRIPT.key(format!("{}{owner}", self.stream_prefix));
+        invocation.key(&self.streams).key(&self.ready).key(&self.wake).key(keys::job(id));
         if let Some(idempotency) = idempotency {
             invocation.key(keys::idempotency("job", owner, idempotency.key));
         }
         invocation.arg(cap).arg(id).arg(payload).arg(signature).arg(owner).arg(language).arg(created_at);
         invocation.arg(idempotency.map_or(0, |i| i.ttl.as_secs().max(1)));
         invocation.arg(callback.unwrap_or("")).arg(quota.max_active).arg(quota.per_second);
+        invocation.arg(keys::GROUP).arg(WAKE_TOKENS);
         enqueued(invocation.invoke_async(&mut self.conn.clone()).await?)
     }
 
@@ -540,8 +622,8 @@ impl Queue {
     ) -> Result<Enqueued, QueueError> {
         let ids: Vec<&str> = jobs.iter().map(|j| j.id.as_str()).collect();
         let ids = serde_json::to_string(&ids).map_err(|e| QueueError::Protocol(e.to_string()))?;
-        let mut invocation = ENQUEUE_BATCH_SCRIPT.key(&self.stream);
-        invocation.key(keys::batch(batch_id));
+        let mut invocation = ENQUEUE_BATCH_SCRIPT.key(format!("{}{owner}", self.stream_prefix));
+        invocation.key(&self.streams).key(&self.ready).key(&self.wake).key(keys::batch(batch_id));
         for job in jobs {
             invocation.key(keys::job(&job.id));
         }
@@ -555,6 +637,7 @@ impl Queue {
         invocation.arg(if stop_on_failure { "1" } else { "0" });
         invocation.arg(idempotency.map_or(0, |i| i.ttl.as_secs().max(1)));
         invocation.arg(callback.unwrap_or("")).arg(quota.max_active).arg(quota.per_second);
+        invocation.arg(keys::GROUP).arg(WAKE_TOKENS);
         enqueued(invocation.invoke_async(&mut self.conn.clone()).await?)
     }
 
@@ -589,71 +672,95 @@ impl Queue {
             .collect())
     }
 
-    /// Claims up to `count` new entries for `consumer`, waiting up to `block`
-    /// for the first. Recreates the group if Redis lost it (a restart
-    /// without persistence).
+    /// Claims up to `count` new entries for `consumer`, one from each owner
+    /// with jobs waiting in turn (see [`CLAIM`]). With none waiting, waits up
+    /// to `block` for an enqueue's wake-up token and tries once more.
     pub async fn claim(&self, consumer: &str, count: usize, block: Duration) -> Result<Vec<Claimed>, QueueError> {
-        let reply: RedisResult<Value> = redis::cmd("XREADGROUP")
-            .arg("GROUP")
-            .arg(keys::GROUP)
-            .arg(consumer)
-            .arg("COUNT")
-            .arg(count)
-            .arg("BLOCK")
-            .arg(u64::try_from(block.as_millis()).unwrap_or(u64::MAX))
-            .arg("STREAMS")
-            .arg(&self.stream)
-            .arg(">")
-            .query_async(&mut self.conn.clone())
-            .await;
-        let reply = match reply {
-            Err(e) if e.code() == Some("NOGROUP") => {
-                self.ensure_group().await?;
-                return Ok(Vec::new());
-            }
-            other => other?,
-        };
-        Ok(read_entries(reply).into_iter().filter_map(|e| parse_entry(e, 1)).collect())
+        let claimed = self.claim_now(consumer, count).await?;
+        if !claimed.is_empty() {
+            return Ok(claimed);
+        }
+        let _: Option<(String, String)> =
+            redis::cmd("BLPOP").arg(&self.wake).arg(block.as_secs_f64()).query_async(&mut self.conn.clone()).await?;
+        self.claim_now(consumer, count).await
     }
 
-    /// Resets the idle time of `entries`, which `consumer` holds, so that
-    /// [`Queue::reclaim`] leaves them alone while their worker lives.
-    pub async fn keep_claimed(&self, consumer: &str, entries: &[String]) -> Result<(), QueueError> {
-        if entries.is_empty() {
-            return Ok(());
-        }
-        let _: Value = redis::cmd("XCLAIM")
-            .arg(&self.stream)
+    async fn claim_now(&self, consumer: &str, count: usize) -> Result<Vec<Claimed>, QueueError> {
+        let reply: Value = CLAIM_SCRIPT
+            .key(&self.ready)
+            .arg(&self.stream_prefix)
             .arg(keys::GROUP)
             .arg(consumer)
-            .arg(0)
-            .arg(entries)
-            .arg("JUSTID")
-            .query_async(&mut self.conn.clone())
+            .arg(count)
+            .invoke_async(&mut self.conn.clone())
             .await?;
+        let Value::Array(items) = reply else { return Err(QueueError::Protocol("claim".into())) };
+        let mut claimed = Vec::new();
+        for item in items {
+            let Value::Array(mut parts) = item else { return Err(QueueError::Protocol("claim".into())) };
+            let entry = parts.pop();
+            let stream = parts.first().and_then(as_string);
+            if let (Some(stream), Some(entry)) = (stream, entry.and_then(|e| parse_entry(e, 1))) {
+                claimed.push(Claimed { stream, ..entry });
+            }
+        }
+        Ok(claimed)
+    }
+
+    /// Every owner stream that may hold entries.
+    async fn owner_streams(&self) -> Result<Vec<String>, QueueError> {
+        Ok(self.conn.clone().smembers(&self.streams).await?)
+    }
+
+    /// Resets the idle time of `entries` (stream, entry id), which
+    /// `consumer` holds, so that [`Queue::reclaim`] leaves them alone while
+    /// their worker lives.
+    pub async fn keep_claimed(&self, consumer: &str, entries: &[(String, String)]) -> Result<(), QueueError> {
+        let mut by_stream: std::collections::BTreeMap<&str, Vec<&str>> = std::collections::BTreeMap::new();
+        for (stream, entry) in entries {
+            by_stream.entry(stream).or_default().push(entry);
+        }
+        if by_stream.is_empty() {
+            return Ok(());
+        }
+        let mut pipe = redis::pipe();
+        for (stream, ids) in by_stream {
+            pipe.cmd("XCLAIM").arg(stream).arg(keys::GROUP).arg(consumer).arg(0).arg(ids).arg("JUSTID").ignore();
+        }
+        pipe.query_async::<()>(&mut self.conn.clone()).await?;
         Ok(())
     }
 
     /// Takes over up to `count` entries that have been pending longer than
     /// `min_idle` (their worker died or hung), for `consumer`.
     pub async fn reclaim(&self, consumer: &str, min_idle: Duration, count: usize) -> Result<Vec<Claimed>, QueueError> {
-        let reply: Value = redis::cmd("XAUTOCLAIM")
-            .arg(&self.stream)
-            .arg(keys::GROUP)
-            .arg(consumer)
-            .arg(u64::try_from(min_idle.as_millis()).unwrap_or(u64::MAX))
-            .arg("0-0")
-            .arg("COUNT")
-            .arg(count)
-            .query_async(&mut self.conn.clone())
-            .await?;
-        // Reply: [next-cursor, [[entry, [field, value, ...]], ...], [deleted ids]]
-        let Value::Array(parts) = reply else { return Err(QueueError::Protocol("XAUTOCLAIM".into())) };
-        let Some(Value::Array(entries)) = parts.into_iter().nth(1) else { return Ok(Vec::new()) };
         let mut claimed = Vec::new();
-        for entry in entries.into_iter().filter_map(|e| parse_entry(e, 0)) {
-            let deliveries = self.deliveries(&entry.entry).await?;
-            claimed.push(Claimed { deliveries, ..entry });
+        for stream in self.owner_streams().await? {
+            if claimed.len() >= count {
+                break;
+            }
+            let reply: RedisResult<Value> = redis::cmd("XAUTOCLAIM")
+                .arg(&stream)
+                .arg(keys::GROUP)
+                .arg(consumer)
+                .arg(u64::try_from(min_idle.as_millis()).unwrap_or(u64::MAX))
+                .arg("0-0")
+                .arg("COUNT")
+                .arg(count - claimed.len())
+                .query_async(&mut self.conn.clone())
+                .await;
+            let reply = match reply {
+                // A stream whose group is gone holds nothing anyone claimed.
+                Err(e) if e.code() == Some("NOGROUP") => continue,
+                other => other?,
+            };
+            // Reply: [next-cursor, [[entry, [field, value, ...]], ...], [deleted ids]]
+            let Value::Array(parts) = reply else { return Err(QueueError::Protocol("XAUTOCLAIM".into())) };
+            let Some(Value::Array(entries)) = parts.into_iter().nth(1) else { continue };
+            for entry in entries.into_iter().filter_map(|e| parse_entry(e, 0)) {
+                let deliveries = self.deliveries(&stream, &entry.entry).await?;
+                claimed.push(Claimed { stream: stream.clone(), deliveries, ..entry });
+            }
         }
         Ok(claimed)
     }
@@ -723,9 +830,9 @@ impl Queue {
         Ok(owner.zip(url))
     }
 
-    async fn deliveries(&self, entry: &str) -> Result<u64, QueueError> {
+    async fn deliveries(&self, stream: &str, entry: &str) -> Result<u64, QueueError> {
         let reply: Value = redis::cmd("XPENDING")
-            .arg(&self.stream)
+            .arg(stream)
             .arg(keys::GROUP)
             .arg(entry)
             .arg(entry)
@@ -756,15 +863,13 @@ impl Queue {
         Ok(u64::try_from(queued_ms).ok().map(Duration::from_millis))
     }
 
-    /// Records the final `outcome` of job `id` (first write wins), removes
-    /// its stream entry and tells waiters. `boot` is what booting its child
-    /// cost, `ended_ms` when the child ended (Unix ms). Returns the time from
-    /// the child's end until the result was stored.
-    #[allow(clippy::too_many_arguments)]
+    /// Records the final `outcome` of the job of `claimed` (first write
+    /// wins), removes its stream entry and tells waiters. `boot` is what
+    /// booting its child cost, `ended_ms` when the child ended (Unix ms).
+    /// Returns the time from the child's end until the result was stored.
     pub async fn finish(
         &self,
-        id: &str,
-        entry: &str,
+        claimed: &Claimed,
         outcome: &Outcome,
         finished_at: &str,
         ttl: Duration,
@@ -772,9 +877,10 @@ impl Queue {
         ended_ms: u64,
     ) -> Result<Duration, QueueError> {
         let result = serde_json::to_string(outcome).map_err(|e| QueueError::Protocol(e.to_string()))?;
+        let (id, entry) = (&claimed.id, &claimed.entry);
         let write_ms: i64 = FINISH_SCRIPT
             .key(keys::job(id))
-            .key(&self.stream)
+            .key(&claimed.stream)
             .arg(outcome.status.as_str())
             .arg(result)
             .arg(finished_at)
@@ -801,7 +907,6 @@ impl Queue {
         let result = CANCELLED_RESULT.as_str();
         let reply: String = CANCEL_SCRIPT
             .key(keys::job(id))
-            .key(&self.stream)
             .arg(finished_at)
             .arg(result)
             .arg(ttl.as_secs().max(1))
@@ -862,15 +967,28 @@ impl Queue {
 
     /// Queued plus running jobs.
     pub async fn depth(&self) -> Result<u64, QueueError> {
-        Ok(self.conn.clone().xlen(&self.stream).await?)
+        Ok(DEPTH_SCRIPT.key(&self.streams).invoke_async(&mut self.conn.clone()).await?)
     }
 
     /// Age of the oldest job no worker has claimed yet, if any.
     pub async fn oldest_queued_age(&self, now_ms: u64) -> Result<Option<Duration>, QueueError> {
+        let mut oldest = None;
+        for stream in self.owner_streams().await? {
+            oldest = oldest.max(self.oldest_unclaimed(&stream, now_ms).await?);
+        }
+        Ok(oldest)
+    }
+
+    async fn oldest_unclaimed(&self, stream: &str, now_ms: u64) -> Result<Option<Duration>, QueueError> {
         // Entries after the group's last-delivered id are the unclaimed ones;
         // an entry id starts with its creation time in milliseconds.
-        let groups: Value =
-            redis::cmd("XINFO").arg("GROUPS").arg(&self.stream).query_async(&mut self.conn.clone()).await?;
+        let groups: RedisResult<Value> =
+            redis::cmd("XINFO").arg("GROUPS").arg(stream).query_async(&mut self.conn.clone()).await;
+        let groups = match groups {
+            // A stream that is gone (no such key) has nothing waiting.
+            Err(e) if e.code().is_some() => return Ok(None),
+            other => other?,
+        };
         let mut last_delivered = None;
         if let Value::Array(groups) = groups {
             for group in groups {
@@ -882,7 +1000,7 @@ impl Queue {
         }
         let start = last_delivered.map_or_else(|| "-".to_owned(), |id| format!("({id}"));
         let first: Value = redis::cmd("XRANGE")
-            .arg(&self.stream)
+            .arg(stream)
             .arg(start)
             .arg("+")
             .arg("COUNT")
@@ -922,25 +1040,33 @@ impl Queue {
             if seen >= dead_before_ms {
                 continue;
             }
-            let pending: Value = redis::cmd("XPENDING")
-                .arg(&self.stream)
-                .arg(keys::GROUP)
-                .arg("-")
-                .arg("+")
-                .arg(1)
-                .arg(&name)
-                .query_async(&mut self.conn.clone())
-                .await?;
-            if matches!(&pending, Value::Array(rows) if !rows.is_empty()) {
+            let streams = self.owner_streams().await?;
+            let mut holds_entries = false;
+            for stream in &streams {
+                let pending: RedisResult<Value> = redis::cmd("XPENDING")
+                    .arg(stream)
+                    .arg(keys::GROUP)
+                    .arg("-")
+                    .arg("+")
+                    .arg(1)
+                    .arg(&name)
+                    .query_async(&mut self.conn.clone())
+                    .await;
+                holds_entries |= matches!(&pending, Ok(Value::Array(rows)) if !rows.is_empty());
+            }
+            if holds_entries {
                 continue;
             }
-            let _: Value = redis::cmd("XGROUP")
-                .arg("DELCONSUMER")
-                .arg(&self.stream)
-                .arg(keys::GROUP)
-                .arg(&name)
-                .query_async(&mut self.conn.clone())
-                .await?;
+            for stream in &streams {
+                // A stream without the group has no consumer to delete.
+                let _: RedisResult<Value> = redis::cmd("XGROUP")
+                    .arg("DELCONSUMER")
+                    .arg(stream)
+                    .arg(keys::GROUP)
+                    .arg(&name)
+                    .query_async(&mut self.conn.clone())
+                    .await;
+            }
             let _: i64 = self.conn.clone().hdel(keys::WORKERS, &name).await?;
             forgotten.push(name);
         }
@@ -1027,6 +1153,7 @@ fn parse_callback(value: Value) -> Option<CallbackDue> {
 fn parse_entry(value: Value, deliveries: u64) -> Option<Claimed> {
     let (entry, fields) = entry_fields(value)?;
     Some(Claimed {
+        stream: String::new(),
         entry,
         id: field(&fields, "id").unwrap_or_default(),
         payload: field(&fields, "payload").unwrap_or_default(),

@@ -157,7 +157,7 @@ async fn an_idempotency_key_makes_a_retry_return_the_first_job() {
     assert_ne!(bobs["id"], first["id"]);
     let (_, other) = post("/v1/jobs", ALICE, "retry-2", job.clone()).await;
     assert_ne!(other["id"], first["id"]);
-    let depth: u64 = redis.cmd(redis::cmd("XLEN").arg("runbox:default:jobs")).await;
+    let depth = redis.depth().await;
     assert_eq!(depth, 3, "the retry queued nothing");
 
     let batch = json!({ "jobs": [job.clone(), job.clone()] });

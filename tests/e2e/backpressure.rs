@@ -40,7 +40,7 @@ async fn burst_respects_the_exact_cap() {
         assert_eq!(body["error"]["code"], "queue_full");
         assert!(*elapsed < Duration::from_secs(2), "a 503 took {elapsed:?}");
     }
-    let depth: u64 = redis.cmd(redis::cmd("XLEN").arg("runbox:default:jobs")).await;
+    let depth = redis.depth().await;
     assert_eq!(depth, 7);
 
     // Capacity comes back as jobs finish.

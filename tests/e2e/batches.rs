@@ -118,7 +118,7 @@ async fn an_invalid_job_refuses_the_whole_batch() {
     let indexed: Vec<(u64, &str)> =
         items.iter().map(|e| (e["index"].as_u64().unwrap_or(99), e["code"].as_str().unwrap_or(""))).collect();
     assert_eq!(indexed, [(1, "invalid_field"), (2, "unknown_field")], "{error}");
-    let depth: u64 = redis.cmd(redis::cmd("XLEN").arg("runbox:default:jobs")).await;
+    let depth = redis.depth().await;
     assert_eq!(depth, 0, "nothing was queued");
 
     for (body, needle) in [
@@ -143,7 +143,7 @@ async fn a_batch_that_would_overfill_the_queue_is_refused_whole() {
     let jobs = |n: usize| json!({ "jobs": vec![json!({ "language": "js", "code": "1" }); n] });
     let (status, error) = post_batch(&api, ALICE, &jobs(5)).await;
     assert_eq!((status, error["error"]["code"].as_str()), (503, Some("queue_full")), "{error}");
-    let depth: u64 = redis.cmd(redis::cmd("XLEN").arg("runbox:default:jobs")).await;
+    let depth = redis.depth().await;
     assert_eq!(depth, 1, "no half batch left behind");
     let (status, _) = post_batch(&api, ALICE, &jobs(4)).await;
     assert_eq!(status, 202, "a batch that fits exactly is accepted");
@@ -162,7 +162,7 @@ async fn cancelling_a_batch_ends_what_has_not_finished() {
     assert_eq!(response.status(), 200);
     let batch: Value = response.json().await.expect("json");
     assert_eq!((batch["status"].as_str(), &batch["counts"]), (Some("finished"), &json!({ "cancelled": 3 })), "{batch}");
-    let depth: u64 = redis.cmd(redis::cmd("XLEN").arg("runbox:default:jobs")).await;
+    let depth = redis.depth().await;
     assert_eq!(depth, 0);
     // A finished batch keeps a TTL, like a finished job.
     let ttl: i64 = redis.cmd(redis::cmd("TTL").arg(format!("runbox:batch:{id}"))).await;

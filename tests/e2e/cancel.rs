@@ -40,7 +40,7 @@ async fn queued_job_never_runs() {
     let id = job["id"].as_str().expect("id").to_owned();
     let (status, job) = delete(&api, &id).await;
     assert_eq!((status, job["status"].as_str()), (200, Some("cancelled")), "{job}");
-    let depth: u64 = redis.cmd(redis::cmd("XLEN").arg("runbox:default:jobs")).await;
+    let depth = redis.depth().await;
     assert_eq!(depth, 0, "the entry left the queue");
 
     let worker = start_worker(&redis, &[]).await;

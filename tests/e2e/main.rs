@@ -10,6 +10,7 @@ mod backpressure;
 mod batches;
 mod callbacks;
 mod cancel;
+mod fairness;
 mod longpoll;
 mod quotas;
 mod recovery;

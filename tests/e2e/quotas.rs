@@ -33,7 +33,7 @@ async fn a_token_past_its_quota_gets_429_and_others_do_not() {
     // A batch counts each of its jobs.
     let batch = json!({ "jobs": [slow, slow] });
     assert_eq!(post(&api, ALICE, "/v1/batches", &batch).await.status(), 429);
-    let depth: u64 = redis.cmd(redis::cmd("XLEN").arg("runbox:default:jobs")).await;
+    let depth = redis.depth().await;
     assert_eq!(depth, 2, "nothing refused was queued");
 
     // Once they finish, the quota is free again.

@@ -271,7 +271,7 @@ async fn a_dead_worker_is_forgotten_once_its_jobs_are_taken_over() {
     api.until_status(&id, "running", Duration::from_secs(30)).await;
     let consumers = || async {
         let reply: redis::Value =
-            redis.cmd(redis::cmd("XINFO").arg("CONSUMERS").arg("runbox:default:jobs").arg("workers")).await;
+            redis.cmd(redis::cmd("XINFO").arg("CONSUMERS").arg("runbox:default:jobs:alice").arg("workers")).await;
         consumer_names(reply)
     };
     assert!(consumers().await.iter().any(|name| name == "worker-dead"), "it holds the job");

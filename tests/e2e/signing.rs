@@ -7,15 +7,28 @@ use serde_json::json;
 
 use crate::util::*;
 
-const STREAM: &str = "runbox:default:jobs";
+/// Alice's job stream.
+const STREAM: &str = "runbox:default:jobs:alice";
 
 async fn status_in_redis(redis: &Redis, id: &str) -> Option<String> {
     redis.cmd(redis::cmd("HGET").arg(format!("runbox:job:{id}")).arg("status")).await
 }
 
-/// Writes a job entry straight into the stream, as someone with Redis access
-/// but without the signing key could.
+/// Writes a job entry straight into a job stream and wakes the workers, as
+/// someone with Redis access but without the signing key could.
 async fn append_entry(redis: &Redis, id: &str, payload: &str, signature: &str) {
+    let _: redis::Value = redis.cmd(redis::cmd("SADD").arg("runbox:default:streams").arg(STREAM)).await;
+    // Fails harmlessly (BUSYGROUP) when the api already made the group.
+    let mut conn = redis.conn().await.expect("redis reachable");
+    let _: redis::RedisResult<()> = redis::cmd("XGROUP")
+        .arg("CREATE")
+        .arg(STREAM)
+        .arg("workers")
+        .arg("0")
+        .arg("MKSTREAM")
+        .query_async(&mut conn)
+        .await;
+    let _: i64 = redis.cmd(redis::cmd("RPUSH").arg("runbox:default:ready").arg("alice")).await;
     let _: String = redis
         .cmd(
             redis::cmd("XADD")
@@ -74,7 +87,7 @@ async fn forged_job_is_rejected() {
     tokio::time::sleep(Duration::from_secs(3)).await;
     let used = children_cpu_seconds(worker.pid()) - before;
     assert!(used < 1.0, "the worker's children used {used:.2} CPU-seconds: the forged program ran");
-    let depth: u64 = redis.cmd(redis::cmd("XLEN").arg(STREAM)).await;
+    let depth = redis.depth().await;
     assert_eq!(depth, 0, "the rejected entry is removed from the stream");
 }
 

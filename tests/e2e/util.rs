@@ -85,6 +85,16 @@ impl Redis {
         cmd.query_async(&mut conn).await.expect("redis command")
     }
 
+    /// Queued plus running jobs: the entries of every owner's job stream.
+    pub async fn depth(&self) -> u64 {
+        let streams: Vec<String> = self.cmd(redis::cmd("SMEMBERS").arg("runbox:default:streams")).await;
+        let mut depth = 0;
+        for stream in streams {
+            depth += self.cmd::<u64>(redis::cmd("XLEN").arg(stream)).await;
+        }
+        depth
+    }
+
     /// SIGKILLs the server.
     pub async fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {

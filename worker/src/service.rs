@@ -41,7 +41,8 @@ pub const HEARTBEAT_EVERY: Duration = Duration::from_secs(2);
 type Running = Arc<Mutex<HashMap<String, RunningJob>>>;
 
 struct RunningJob {
-    entry: String,
+    /// The owner stream and the entry id in it.
+    entry: (String, String),
     cancel: CancellationToken,
 }
 
@@ -249,7 +250,7 @@ impl Worker {
         // Registered before the job is marked running, so a cancel that
         // arrives the moment it is running finds it.
         let cancel = self.kill.child_token();
-        let job = RunningJob { entry: entry.entry.clone(), cancel: cancel.clone() };
+        let job = RunningJob { entry: (entry.stream.clone(), entry.entry.clone()), cancel: cancel.clone() };
         self.running.lock().unwrap_or_else(|p| p.into_inner()).insert(entry.id.clone(), job);
         let ran = self.start_and_run(entry, &spec, &cancel).await;
         self.running.lock().unwrap_or_else(|p| p.into_inner()).remove(&entry.id);
@@ -305,11 +306,7 @@ impl Worker {
         loop {
             let finished_at = now_rfc3339();
             let ttl = self.config.result_ttl;
-            match self
-                .queue
-                .finish(&entry.id, &entry.entry, &ran.outcome, &finished_at, ttl, ran.boot, ran.ended_ms)
-                .await
-            {
+            match self.queue.finish(entry, &ran.outcome, &finished_at, ttl, ran.boot, ran.ended_ms).await {
                 Ok(write_back) => {
                     self.metrics.write_back.observe(write_back.as_secs_f64());
                     return;
@@ -388,7 +385,7 @@ async fn heartbeat(worker: Arc<Worker>, stop: CancellationToken, first: tokio::s
         }
         // Resets the idle time of every entry held here, so no live worker's
         // job is ever taken over, however long it runs.
-        let entries: Vec<String> =
+        let entries: Vec<(String, String)> =
             worker.running.lock().unwrap_or_else(|p| p.into_inner()).values().map(|job| job.entry.clone()).collect();
         if let Err(e) = worker.queue.keep_claimed(&worker.config.name, &entries).await {
             worker.metrics.redis_errors.inc();
