@@ -20,15 +20,6 @@ async fn wait_done(api: &Api, token: &str, id: &str) -> Value {
     job
 }
 
-/// `started_at` as (date, seconds into the day), which orders correctly
-/// whatever number of fraction digits RFC 3339 text carries.
-fn started(job: &Value) -> (String, f64) {
-    let text = job["started_at"].as_str().expect("started_at");
-    let (date, time) = text.trim_end_matches('Z').split_once('T').expect("RFC 3339");
-    let seconds = time.split(':').fold(0.0, |total, part| total * 60.0 + part.parse::<f64>().expect("number"));
-    (date.to_owned(), seconds)
-}
-
 #[tokio::test]
 async fn owners_take_turns() {
     let redis = Redis::start().await;
@@ -47,9 +38,9 @@ async fn owners_take_turns() {
     for (owner, job) in &jobs {
         let token = if *owner == "alice" { ALICE } else { BOB };
         let finished = wait_done(&api, token, job["id"].as_str().expect("id")).await;
-        done.push((started(&finished), *owner));
+        done.push((unix_ms(finished["started_at"].as_str().expect("started_at")), *owner));
     }
-    done.sort_by(|a, b| a.0.partial_cmp(&b.0).expect("ordered"));
+    done.sort();
     let order: Vec<&str> = done.iter().map(|(_, owner)| *owner).collect();
     assert_eq!(order, ["alice", "bob", "alice", "bob", "alice", "alice", "alice"]);
 }

@@ -11,6 +11,7 @@ mod batches;
 mod callbacks;
 mod cancel;
 mod fairness;
+mod faults;
 mod longpoll;
 mod quotas;
 mod recovery;

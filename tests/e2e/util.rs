@@ -37,8 +37,16 @@ pub struct Redis {
 }
 
 impl Redis {
+    /// A server on a free port. The port is free when picked and may be
+    /// taken before the server binds it, so a server that does not come up
+    /// is retried on another.
     pub async fn start() -> Redis {
-        Redis::start_on(free_port()).await
+        for _ in 0..5 {
+            if let Some(redis) = Redis::try_start(free_port(), &[]).await {
+                return redis;
+            }
+        }
+        panic!("redis-server did not start on any of 5 free ports");
     }
 
     pub async fn start_on(port: u16) -> Redis {
@@ -47,6 +55,10 @@ impl Redis {
 
     /// A server on `port` with `extra` configuration arguments.
     pub async fn start_with(port: u16, extra: &[&str]) -> Redis {
+        Redis::try_start(port, extra).await.unwrap_or_else(|| panic!("redis-server did not start on port {port}"))
+    }
+
+    async fn try_start(port: u16, extra: &[&str]) -> Option<Redis> {
         let child = Command::new("redis-server")
             .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
             .args(extra)
@@ -54,14 +66,18 @@ impl Redis {
             .kill_on_drop(true)
             .spawn()
             .expect("redis-server on PATH (scripts/setup installs it)");
-        let redis = Redis { child: Some(child), port };
+        let mut redis = Redis { child: Some(child), port };
         for _ in 0..100 {
             if redis.conn().await.is_some() {
-                return redis;
+                return Some(redis);
+            }
+            // Exited: the port was taken meanwhile.
+            if redis.child.as_mut().is_some_and(|child| child.try_wait().ok().flatten().is_some()) {
+                return None;
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        panic!("redis-server did not start on port {port}");
+        None
     }
 
     /// A Redis that is not running (yet) on `port`, for start-up tests.
@@ -95,12 +111,25 @@ impl Redis {
         depth
     }
 
+    /// Sends `signal` to the server (SIGSTOP makes it unreachable without
+    /// closing a connection).
+    pub fn signal(&self, signal: nix::sys::signal::Signal) {
+        let pid = self.child.as_ref().and_then(Child::id).expect("redis-server running");
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(i32::try_from(pid).expect("pid")), signal).expect("signal");
+    }
+
     /// SIGKILLs the server.
     pub async fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {
             let _ = child.kill().await;
         }
     }
+}
+
+/// Unix milliseconds of an RFC 3339 timestamp, as the api returns them.
+pub fn unix_ms(text: &str) -> i64 {
+    let at = time::OffsetDateTime::parse(text, &time::format_description::well_known::Rfc3339).expect("RFC 3339");
+    i64::try_from(at.unix_timestamp_nanos() / 1_000_000).expect("in range")
 }
 
 /// The environment every api and worker in these tests shares.
@@ -190,20 +219,29 @@ pub struct Api {
 }
 
 impl Api {
+    /// An api on a free port, retried on another if the port was taken
+    /// before the api could bind it.
     pub async fn start(redis: &Redis, env: &[(&str, &str)]) -> Api {
-        let port = free_port();
-        let port_text = port.to_string();
-        let mut all = vec![("PORT", port_text.as_str())];
-        all.extend_from_slice(env);
-        let process = Process::spawn("runbox-api", redis, &all).await;
-        let api = Api { process, base: format!("http://127.0.0.1:{port}"), http: reqwest::Client::new() };
-        for _ in 0..200 {
-            if api.http.get(api.url("/healthz")).send().await.is_ok() {
-                return api;
+        let mut logs = String::new();
+        for _ in 0..5 {
+            let port = free_port();
+            let port_text = port.to_string();
+            let mut all = vec![("PORT", port_text.as_str())];
+            all.extend_from_slice(env);
+            let process = Process::spawn("runbox-api", redis, &all).await;
+            let mut api = Api { process, base: format!("http://127.0.0.1:{port}"), http: reqwest::Client::new() };
+            for _ in 0..200 {
+                if api.http.get(api.url("/healthz")).send().await.is_ok() {
+                    return api;
+                }
+                if api.process.child.try_wait().ok().flatten().is_some() {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
             }
-            tokio::time::sleep(Duration::from_millis(50)).await;
+            logs = api.process.logs();
         }
-        panic!("api did not start:\n{}", api.process.logs());
+        panic!("api did not start:\n{logs}");
     }
 
     /// Starts an api process without waiting for it to serve.
