@@ -19,14 +19,14 @@ use axum::extract::rejection::BytesRejection;
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use runbox_common::{BatchJob, BatchRecord, Enqueued, Idempotency, now_rfc3339};
+use runbox_common::{BatchJob, BatchRecord, Enqueued, Idempotency, Status, now_rfc3339};
 use serde::Serialize;
 use serde_json::{Map, Value, json};
 
 use crate::AppState;
 use crate::auth::Caller;
 use crate::error::{ApiError, BatchItemError};
-use crate::jobs::{CANCEL_CONFIRM, JobView, RECHECK_EVERY, idempotency_key, is_final_status, json_body, long_poll};
+use crate::jobs::{CANCEL_CONFIRM, JobView, RECHECK_EVERY, idempotency_key, json_body, long_poll};
 use crate::{callbacks, validate};
 
 /// Fields a batch may have.
@@ -123,10 +123,10 @@ pub async fn submit(
     for spec in &specs {
         let id = uuid::Uuid::new_v4().to_string();
         let payload = serde_json::to_string(spec).map_err(|e| ApiError::InvalidJson(e.to_string()))?;
-        let signature = state.config.signing_key.sign(&id, &payload);
+        let signature = state.config.shared.signing_key.sign(&id, &payload);
         jobs.push(BatchJob { id, language: spec.language.as_str().to_owned(), payload, signature });
     }
-    let idempotency = idempotency_key(&headers)?.map(|key| Idempotency { key, ttl: limits.result_ttl });
+    let idempotency = idempotency_key(&headers)?.map(|key| Idempotency { key, ttl: state.config.shared.result_ttl });
     let enqueued = state
         .queue
         .enqueue_batch(
@@ -183,10 +183,11 @@ pub async fn cancel(
 ) -> Result<Json<BatchView>, ApiError> {
     let batch = wait_for_batch(&state, &id, &caller, Duration::ZERO).await?;
     let summaries = state.queue.summaries(&batch.job_ids).await?;
-    let ttl = state.config.limits.result_ttl;
+    let ttl = state.config.shared.result_ttl;
     let mut cancelled = 0;
     for (job_id, summary) in batch.job_ids.iter().zip(&summaries) {
-        if !is_final_status(&summary.status) {
+        // An expired job (no status) is long final.
+        if summary.status.is_some_and(|status| !status.is_final()) {
             state.queue.cancel(job_id, &now_rfc3339(), ttl).await?;
             cancelled += 1;
         }
@@ -224,7 +225,7 @@ pub async fn results(
             let finished: HashSet<&String> = pending
                 .iter()
                 .zip(&summaries)
-                .filter(|(_, s)| is_final_status(&s.status))
+                .filter(|(_, s)| s.status.is_none_or(Status::is_final))
                 .map(|(job_id, _)| job_id)
                 .collect();
             if !finished.is_empty() {
@@ -312,7 +313,7 @@ async fn view(state: &AppState, batch: BatchRecord, offset: usize, limit: usize)
     let mut counts = BTreeMap::new();
     let mut verdicts = BTreeMap::new();
     for summary in &summaries {
-        let status = if summary.status.is_empty() { "expired" } else { summary.status.as_str() };
+        let status = summary.status.map_or("expired", Status::as_str);
         *counts.entry(status.to_owned()).or_insert(0) += 1;
         if let Some(verdict) = &summary.verdict {
             *verdicts.entry(verdict.clone()).or_insert(0) += 1;

@@ -1,6 +1,4 @@
-use std::time::Duration;
-
-use runbox_common::{ConfigError, SigningKey, env_or, env_required};
+use runbox_common::{ConfigError, SharedConfig, Timeouts, env_or, env_required};
 
 use crate::auth::Tokens;
 use crate::callbacks::CallbackConfig;
@@ -11,12 +9,8 @@ use crate::quotas::Quotas;
 pub struct ApiConfig {
     /// `RUNBOX_API_TOKENS`: `name:token` pairs, comma-separated. Required.
     pub tokens: Tokens,
-    /// `RUNBOX_SIGNING_KEY`: signs every job for the workers. Required.
-    pub signing_key: SigningKey,
-    /// `REDIS_URL`.
-    pub redis_url: String,
-    /// `RUNBOX_QUEUE`.
-    pub queue: String,
+    /// Redis, the queue, the signing key and the result TTL.
+    pub shared: SharedConfig,
     /// `PORT`: where the api listens.
     pub port: u16,
     pub limits: ApiLimits,
@@ -31,19 +25,14 @@ pub struct ApiConfig {
 pub struct ApiLimits {
     /// `RUNBOX_MAX_QUEUE`: queued plus running jobs before 503 `queue_full`.
     pub max_queue: u64,
-    /// `RUNBOX_MAX_TIMEOUT_MS`: the largest `timeout_ms` a job may ask for.
-    pub max_timeout_ms: u64,
-    /// `RUNBOX_DEFAULT_TIMEOUT_MS`: what a job without `timeout_ms` gets.
-    pub default_timeout_ms: u64,
+    /// What a job without `timeout_ms` gets, and the most it may ask for.
+    pub timeouts: Timeouts,
     /// `RUNBOX_MAX_CODE_BYTES`.
     pub max_code_bytes: usize,
     /// `RUNBOX_MAX_STDIN_BYTES`.
     pub max_stdin_bytes: usize,
     /// `RUNBOX_MAX_FILES_BYTES`: the decoded size of a job's `files`, in all.
     pub max_files_bytes: usize,
-    /// `RUNBOX_RESULT_TTL_S`: how long cancelled jobs are kept (workers
-    /// apply it to the jobs they finish).
-    pub result_ttl: Duration,
     /// `RUNBOX_MAX_BATCH`: jobs in one batch.
     pub max_batch: usize,
     /// `RUNBOX_MAX_BATCH_BYTES`: the request body limit of a batch.
@@ -65,12 +54,10 @@ impl Default for ApiLimits {
     fn default() -> Self {
         ApiLimits {
             max_queue: 1000,
-            max_timeout_ms: 60_000,
-            default_timeout_ms: 10_000,
+            timeouts: Timeouts::default(),
             max_code_bytes: 256 * 1024,
             max_stdin_bytes: 1024 * 1024,
             max_files_bytes: 1024 * 1024,
-            result_ttl: Duration::from_secs(3600),
             max_batch: 1000,
             max_batch_bytes: 32 * 1024 * 1024,
         }
@@ -86,28 +73,16 @@ impl ApiConfig {
         let d = ApiLimits::default();
         let limits = ApiLimits {
             max_queue: env_or("RUNBOX_MAX_QUEUE", d.max_queue)?,
-            max_timeout_ms: env_or("RUNBOX_MAX_TIMEOUT_MS", d.max_timeout_ms)?,
-            default_timeout_ms: env_or("RUNBOX_DEFAULT_TIMEOUT_MS", d.default_timeout_ms)?,
+            timeouts: Timeouts::from_env()?,
             max_code_bytes: env_or("RUNBOX_MAX_CODE_BYTES", d.max_code_bytes)?,
             max_stdin_bytes: env_or("RUNBOX_MAX_STDIN_BYTES", d.max_stdin_bytes)?,
             max_files_bytes: env_or("RUNBOX_MAX_FILES_BYTES", d.max_files_bytes)?,
-            result_ttl: Duration::from_secs(env_or("RUNBOX_RESULT_TTL_S", d.result_ttl.as_secs())?),
             max_batch: env_or("RUNBOX_MAX_BATCH", d.max_batch)?,
             max_batch_bytes: env_or("RUNBOX_MAX_BATCH_BYTES", d.max_batch_bytes)?,
         };
-        if limits.default_timeout_ms > limits.max_timeout_ms {
-            return Err(ConfigError::Invalid {
-                name: "RUNBOX_DEFAULT_TIMEOUT_MS",
-                value: limits.default_timeout_ms.to_string(),
-                reason: "must not exceed RUNBOX_MAX_TIMEOUT_MS".into(),
-            });
-        }
         let tokens = Tokens::parse(&tokens)?;
-        let signing_key = env_required(
-            "RUNBOX_SIGNING_KEY",
-            "a secret of at least 32 bytes, distinct from every api token, shared with the workers",
-        )?;
-        if tokens.contains(signing_key.as_bytes()) {
+        let shared = SharedConfig::from_env()?;
+        if tokens.contains(shared.signing_key.as_bytes()) {
             return Err(ConfigError::Invalid {
                 name: "RUNBOX_SIGNING_KEY",
                 value: "(hidden)".into(),
@@ -116,9 +91,7 @@ impl ApiConfig {
         }
         Ok(ApiConfig {
             tokens,
-            signing_key: SigningKey::new(signing_key)?,
-            redis_url: env_or("REDIS_URL", "redis://127.0.0.1:6379".to_owned())?,
-            queue: env_or("RUNBOX_QUEUE", "default".to_owned())?,
+            shared,
             port: env_or("PORT", 8080)?,
             limits,
             callbacks: CallbackConfig::parse(

@@ -16,8 +16,9 @@ pub enum ApiError {
     InvalidField(String),
     #[error("{0}")]
     UnknownField(String),
-    #[error("wait must be a whole number of seconds from 0 to {max}", max = crate::config::MAX_WAIT_S)]
-    InvalidWait,
+    /// The most `?wait=` may ask for.
+    #[error("wait must be a whole number of seconds from 0 to {0}")]
+    InvalidWait(u64),
     #[error("send the job as JSON with Content-Type: application/json")]
     UnsupportedMediaType,
     #[error("{message}")]
@@ -56,7 +57,7 @@ impl ApiError {
             ApiError::InvalidJson(_) => (StatusCode::BAD_REQUEST, "invalid_json"),
             ApiError::InvalidField(_) => (StatusCode::BAD_REQUEST, "invalid_field"),
             ApiError::UnknownField(_) => (StatusCode::BAD_REQUEST, "unknown_field"),
-            ApiError::InvalidWait => (StatusCode::BAD_REQUEST, "invalid_wait"),
+            ApiError::InvalidWait(_) => (StatusCode::BAD_REQUEST, "invalid_wait"),
             ApiError::UnsupportedMediaType => (StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type"),
             ApiError::TooLarge { code, .. } => (StatusCode::PAYLOAD_TOO_LARGE, code),
             ApiError::NotFound => (StatusCode::NOT_FOUND, "not_found"),

@@ -9,7 +9,7 @@ use axum::extract::rejection::BytesRejection;
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use runbox_common::{Enqueued, Idempotency, JobRecord, OutputFile, Status, Timings, Verdict, now_rfc3339};
+use runbox_common::{Enqueued, Idempotency, JobRecord, Language, OutputFile, Status, Timings, Verdict, now_rfc3339};
 use serde::Serialize;
 use serde_json::json;
 use tokio::time::Instant;
@@ -30,8 +30,8 @@ pub(crate) const RECHECK_EVERY: Duration = Duration::from_secs(5);
 #[derive(Serialize)]
 pub struct JobView {
     id: String,
-    status: String,
-    language: String,
+    status: Status,
+    language: Option<Language>,
     stdout: Option<String>,
     stderr: Option<String>,
     exit_code: Option<i32>,
@@ -112,16 +112,6 @@ pub(crate) fn json_body(
     })
 }
 
-pub(crate) fn is_final(record: &JobRecord) -> bool {
-    is_final_status(&record.status)
-}
-
-/// A job is final when it is neither queued nor running; an expired job
-/// (empty status) is long final.
-pub(crate) fn is_final_status(status: &str) -> bool {
-    !matches!(status, "queued" | "running")
-}
-
 pub async fn submit(
     State(state): State<AppState>,
     caller: Caller,
@@ -137,9 +127,9 @@ pub async fn submit(
 
     let id = uuid::Uuid::new_v4().to_string();
     let payload = serde_json::to_string(&spec).map_err(|e| ApiError::InvalidJson(e.to_string()))?;
-    let signature = state.config.signing_key.sign(&id, &payload);
+    let signature = state.config.shared.signing_key.sign(&id, &payload);
     let key = idempotency_key(&headers)?;
-    let idempotency = key.map(|key| Idempotency { key, ttl: state.config.limits.result_ttl });
+    let idempotency = key.map(|key| Idempotency { key, ttl: state.config.shared.result_ttl });
     let enqueued = state
         .queue
         .enqueue(
@@ -174,11 +164,11 @@ pub async fn submit(
     };
 
     // A retried request answers with the first job as it is now.
-    let mut status = Status::Queued.as_str().to_owned();
+    let mut status = Status::Queued;
     if (wait > 0 || duplicate)
         && let Some(record) = wait_for(&state, &id, Duration::from_secs(wait)).await?
     {
-        if is_final(&record) {
+        if record.status.is_final() {
             return Ok((StatusCode::OK, Json(JobView::from(record))).into_response());
         }
         status = record.status;
@@ -203,7 +193,7 @@ pub async fn cancel(
     Path(id): Path<String>,
 ) -> Result<Json<JobView>, ApiError> {
     owned(state.queue.get(&id).await?, &caller)?;
-    let ttl = state.config.limits.result_ttl;
+    let ttl = state.config.shared.result_ttl;
     let cancelled = state.queue.cancel(&id, &now_rfc3339(), ttl).await?;
     tracing::info!(%id, ?cancelled, "cancel requested");
     // A running job ends when its worker has killed the child; wait briefly
@@ -224,7 +214,8 @@ async fn wait_for(state: &AppState, id: &str, wait: Duration) -> Result<Option<J
         return Ok(None);
     }
     let read = || async { Ok(state.queue.get(id).await?) };
-    long_poll(state, id, wait, read, |record: &Option<JobRecord>| record.as_ref().is_none_or(is_final)).await
+    long_poll(state, id, wait, read, |record: &Option<JobRecord>| record.as_ref().is_none_or(|r| r.status.is_final()))
+        .await
 }
 
 /// Reads with `read` until `done` holds for what it read, `wait` passes, or

@@ -36,7 +36,7 @@ use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use axum::routing::get;
 use axum::{Json, Router, middleware};
-use runbox_common::{Language, Queue, QueueError, now_unix_ms};
+use runbox_common::{Language, Queue, QueueError, WorkerInfo, now_unix_ms};
 use serde_json::{Value, json};
 
 pub use config::{ApiConfig, ApiLimits};
@@ -65,7 +65,7 @@ pub struct AppState {
 impl AppState {
     /// Connects (lazily) to Redis and starts the completion listener.
     pub fn new(config: ApiConfig) -> Result<AppState, QueueError> {
-        let queue = Queue::connect(&config.redis_url, &config.queue)?;
+        let queue = Queue::connect(&config.shared.redis_url, &config.shared.queue)?;
         let waiters = Arc::new(Waiters::default());
         tokio::spawn(waiters::listen(queue.clone(), waiters.clone()));
         Ok(AppState {
@@ -115,7 +115,7 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), std::io::Error> {
     let state = AppState::new(config).map_err(std::io::Error::other)?;
-    check_redis(&state.queue).await.map_err(std::io::Error::other)?;
+    state.queue.check_server().await.map_err(std::io::Error::other)?;
     if let Err(e) = state.queue.ensure_callback_group().await {
         tracing::warn!(error = %e, "could not create the callback group yet; the deliverer will retry");
     }
@@ -140,24 +140,6 @@ pub async fn run(
     }
 }
 
-/// Refuses to start on a Redis that would lose jobs; one that cannot be
-/// reached yet is checked by `/readyz` until it can.
-async fn check_redis(queue: &Queue) -> Result<(), QueueError> {
-    match queue.check_server().await {
-        Ok(warnings) => {
-            for warning in warnings {
-                tracing::warn!("{warning}");
-            }
-            Ok(())
-        }
-        Err(e @ QueueError::Unsuitable(_)) => Err(e),
-        Err(e) => {
-            tracing::warn!(error = %e, "could not check the Redis server yet");
-            Ok(())
-        }
-    }
-}
-
 async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
     match state.queue.ping().await {
         Ok(()) => (StatusCode::OK, Json(json!({ "status": "ready" }))),
@@ -174,8 +156,8 @@ async fn runtimes(State(state): State<AppState>) -> Result<Json<Value>, ApiError
     Ok(Json(json!({
         "languages": Language::ALL.map(Language::as_str),
         "limits": {
-            "default_timeout_ms": limits.default_timeout_ms,
-            "max_timeout_ms": limits.max_timeout_ms,
+            "default_timeout_ms": limits.timeouts.default_ms(),
+            "max_timeout_ms": limits.timeouts.max_ms(),
             "max_code_bytes": limits.max_code_bytes,
             "max_stdin_bytes": limits.max_stdin_bytes,
             "max_files_bytes": limits.max_files_bytes,
@@ -199,17 +181,13 @@ async fn metrics(State(state): State<AppState>) -> Result<String, ApiError> {
 }
 
 /// What each worker with a recent heartbeat reports about itself.
-async fn live_workers(state: &AppState) -> Result<Vec<Value>, ApiError> {
+async fn live_workers(state: &AppState) -> Result<Vec<WorkerInfo>, ApiError> {
     let now = now_unix_ms();
-    let fresh = |w: &Value| {
-        w.get("seen_at_ms").and_then(Value::as_u64).is_some_and(|seen| now.saturating_sub(seen) < WORKER_STALE_MS)
-    };
     Ok(state
         .queue
         .workers()
         .await?
-        .iter()
-        .filter_map(|w| serde_json::from_str::<Value>(w).ok())
-        .filter(fresh)
+        .into_iter()
+        .filter(|w| now.saturating_sub(w.seen_at_ms) < WORKER_STALE_MS)
         .collect())
 }

@@ -1,9 +1,10 @@
 //! Every metric the api exports, declared in one place. Labels are bounded.
 
-use prometheus::{IntCounter, IntCounterVec, IntGauge, Opts, Registry, TextEncoder};
+use prometheus::{IntCounter, IntCounterVec, IntGauge, Opts};
+use runbox_common::MetricsRegistry;
 
 pub struct Metrics {
-    registry: Registry,
+    registry: MetricsRegistry,
     /// Jobs accepted into the queue, by language.
     pub jobs_submitted: IntCounterVec,
     /// Submissions refused with 503 because the queue was full.
@@ -22,46 +23,29 @@ pub struct Metrics {
 
 impl Metrics {
     pub fn new() -> Metrics {
-        let registry = must(Registry::new_custom(Some("runbox_api".into()), None));
-        let metrics = Metrics {
-            jobs_submitted: must(IntCounterVec::new(
+        let r = MetricsRegistry::new("runbox_api");
+        Metrics {
+            jobs_submitted: r.add(IntCounterVec::new(
                 Opts::new("jobs_submitted_total", "Jobs accepted into the queue."),
                 &["language"],
             )),
-            queue_full: must(IntCounter::new(
-                "queue_full_total",
-                "Submissions refused with 503 because the queue was full.",
-            )),
-            queue_depth: must(IntGauge::new("queue_depth", "Queued plus running jobs.")),
-            oldest_queued_age_seconds: must(IntGauge::new(
-                "oldest_queued_age_seconds",
-                "Age of the oldest job no worker has claimed.",
-            )),
-            waiters: must(IntGauge::new("waiters", "Requests waiting on a long-poll.")),
-            workers: must(IntGauge::new("workers", "Live workers, by their last heartbeat.")),
-            callbacks: must(IntCounterVec::new(
+            queue_full: r
+                .add(IntCounter::new("queue_full_total", "Submissions refused with 503 because the queue was full.")),
+            queue_depth: r.add(IntGauge::new("queue_depth", "Queued plus running jobs.")),
+            oldest_queued_age_seconds: r
+                .add(IntGauge::new("oldest_queued_age_seconds", "Age of the oldest job no worker has claimed.")),
+            waiters: r.add(IntGauge::new("waiters", "Requests waiting on a long-poll.")),
+            workers: r.add(IntGauge::new("workers", "Live workers, by their last heartbeat.")),
+            callbacks: r.add(IntCounterVec::new(
                 Opts::new("callbacks_total", "Callback deliveries ended, by result."),
                 &["result"],
             )),
-            registry,
-        };
-        let collectors: [Box<dyn prometheus::core::Collector>; 7] = [
-            Box::new(metrics.jobs_submitted.clone()),
-            Box::new(metrics.queue_full.clone()),
-            Box::new(metrics.queue_depth.clone()),
-            Box::new(metrics.oldest_queued_age_seconds.clone()),
-            Box::new(metrics.waiters.clone()),
-            Box::new(metrics.workers.clone()),
-            Box::new(metrics.callbacks.clone()),
-        ];
-        for collector in collectors {
-            must(metrics.registry.register(collector));
+            registry: r,
         }
-        metrics
     }
 
     pub fn render(&self) -> String {
-        TextEncoder::new().encode_to_string(&self.registry.gather()).unwrap_or_default()
+        self.registry.render()
     }
 }
 
@@ -69,10 +53,4 @@ impl Default for Metrics {
     fn default() -> Self {
         Metrics::new()
     }
-}
-
-/// Metric definitions are constants: one that does not register is a bug in
-/// this file, found by the first start-up, never by input.
-fn must<T>(result: prometheus::Result<T>) -> T {
-    result.unwrap_or_else(|e| panic!("invalid metric definition: {e}"))
 }

@@ -79,11 +79,11 @@ pub fn job_spec_fields(fields: &Map<String, Value>, limits: &ApiLimits) -> Resul
     let timeout_ms = match fields.get("timeout_ms") {
         None | Some(Value::Null) => None,
         Some(value) => match value.as_u64() {
-            Some(ms) if (1..=limits.max_timeout_ms).contains(&ms) => Some(ms),
+            Some(ms) if (1..=limits.timeouts.max_ms()).contains(&ms) => Some(ms),
             _ => {
                 return Err(ApiError::InvalidField(format!(
                     "timeout_ms must be a whole number of milliseconds from 1 to {}",
-                    limits.max_timeout_ms
+                    limits.timeouts.max_ms()
                 )));
             }
         },
@@ -125,7 +125,7 @@ pub fn job_spec_fields(fields: &Map<String, Value>, limits: &ApiLimits) -> Resul
         language,
         code,
         stdin,
-        timeout_ms: Some(timeout_ms.unwrap_or(limits.default_timeout_ms)),
+        timeout_ms: Some(timeout_ms.unwrap_or(limits.timeouts.default_ms())),
         args,
         expected_stdout,
         compare,
@@ -238,7 +238,7 @@ pub fn wait_seconds(raw: Option<&str>) -> Result<u64, ApiError> {
         None => Ok(0),
         Some(text) => match text.parse::<u64>() {
             Ok(s) if s <= MAX_WAIT_S => Ok(s),
-            _ => Err(ApiError::InvalidWait),
+            _ => Err(ApiError::InvalidWait(MAX_WAIT_S)),
         },
     }
 }
@@ -255,7 +255,7 @@ mod tests {
     fn accepts_a_full_job_and_fills_the_default_timeout() {
         let spec = parse(r#"{"language":"py","code":"print(1)","stdin":"x"}"#).expect("valid");
         assert_eq!(spec.language, Language::Python);
-        assert_eq!(spec.timeout_ms, Some(ApiLimits::default().default_timeout_ms));
+        assert_eq!(spec.timeout_ms, Some(ApiLimits::default().timeouts.default_ms()));
         let spec = parse(r#"{"language":"typescript","code":"1","timeout_ms":60000}"#).expect("valid");
         assert_eq!(spec.timeout_ms, Some(60_000));
     }

@@ -330,6 +330,26 @@ impl Status {
     pub fn is_final(self) -> bool {
         !matches!(self, Status::Queued | Status::Running)
     }
+
+    const ALL: [Status; 9] = [
+        Status::Queued,
+        Status::Running,
+        Status::Completed,
+        Status::Timeout,
+        Status::MemoryExceeded,
+        Status::Rejected,
+        Status::Cancelled,
+        Status::WorkerLost,
+        Status::InternalError,
+    ];
+}
+
+impl FromStr for Status {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Status::ALL.into_iter().find(|status| status.as_str() == s).ok_or_else(|| format!("unknown status {s:?}"))
+    }
 }
 
 impl fmt::Display for Status {

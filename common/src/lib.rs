@@ -10,25 +10,32 @@
 //! - `sign`: HMAC signatures that let a worker trust a job ([`SigningKey`]).
 //! - [`keys`]: every Redis key and channel name.
 //! - `queue`: the queue operations on Redis ([`Queue`]).
-//! - `config`: reading typed configuration from the environment.
+//! - `config`: reading typed configuration from the environment, and the
+//!   settings both processes share ([`SharedConfig`], [`Timeouts`]).
 //! - `time`: timestamps as stored.
+//! - `metrics`: the Prometheus registry both binaries export through.
+//! - `workers`: what each worker reports of itself ([`WorkerInfo`]).
 
 mod config;
 mod job;
 pub mod keys;
+mod metrics;
 pub mod process;
 mod queue;
 mod sign;
 mod time;
+mod workers;
 
-pub use config::{ConfigError, env_or, env_required};
+pub use config::{ConfigError, SharedConfig, Timeouts, env_or, env_required};
 pub use job::{
     Compare, FileEncoding, InputFile, JobSpec, Language, MAX_RETURN_FILES, MAX_RETURN_FILES_BYTES, Outcome, OutputFile,
     ReturnFiles, Status, UnknownLanguage, Verdict,
 };
+pub use metrics::MetricsRegistry;
 pub use queue::{
     BatchJob, BatchRecord, CallbackDue, Cancelled, Claimed, Enqueued, Idempotency, JobRecord, JobSummary, OverQuota,
     Queue, QueueError, Quota, Timings,
 };
 pub use sign::{MIN_SIGNING_KEY_BYTES, SigningKey};
 pub use time::{now_rfc3339, now_unix_ms};
+pub use workers::WorkerInfo;

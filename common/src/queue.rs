@@ -31,7 +31,7 @@ use std::time::Duration;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{AsyncCommands, RedisResult, Script, Value};
 
-use crate::{Outcome, Status, keys};
+use crate::{Language, Outcome, Status, WorkerInfo, keys};
 
 /// A Redis failure. The queue never panics on what Redis returns.
 #[derive(Debug, thiserror::Error)]
@@ -151,18 +151,19 @@ impl CallbackDue {
 /// What counting a batch needs of each job, without its output.
 #[derive(Debug, Clone, Default)]
 pub struct JobSummary {
-    /// Empty when the job hash has expired.
-    pub status: String,
+    /// None when the job hash has expired.
+    pub status: Option<Status>,
     pub verdict: Option<String>,
 }
 
 /// One job as stored.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct JobRecord {
     pub id: String,
     pub owner: String,
-    pub language: String,
-    pub status: String,
+    /// None only for a forged entry's record, which names none.
+    pub language: Option<Language>,
+    pub status: Status,
     pub created_at: Option<String>,
     pub started_at: Option<String>,
     pub finished_at: Option<String>,
@@ -523,11 +524,21 @@ impl Queue {
         Ok(pubsub)
     }
 
-    /// Checks that the server is recent enough and never evicts keys (an
-    /// evicted job hash or stream entry is a job lost). Returns warnings
-    /// for what it could not check, such as a provider that disables
-    /// `CONFIG`; [`QueueError::Unsuitable`] says what to change.
-    pub async fn check_server(&self) -> Result<Vec<String>, QueueError> {
+    /// Checks, at start-up, that the server is recent enough and never
+    /// evicts keys (an evicted job hash or stream entry is a job lost):
+    /// [`QueueError::Unsuitable`] says what to change. What it cannot check
+    /// (a provider that disables `CONFIG`, or a Redis not reachable yet,
+    /// which `/readyz` keeps watching) is logged as a warning.
+    pub async fn check_server(&self) -> Result<(), QueueError> {
+        match self.server_problems().await {
+            Ok(warnings) => warnings.iter().for_each(|w| tracing::warn!("{w}")),
+            Err(e @ QueueError::Unsuitable(_)) => return Err(e),
+            Err(e) => tracing::warn!(error = %e, "could not check the Redis server yet"),
+        }
+        Ok(())
+    }
+
+    async fn server_problems(&self) -> Result<Vec<String>, QueueError> {
         let info: String = redis::cmd("INFO").arg("server").query_async(&mut self.conn.clone()).await?;
         let version = info.lines().find_map(|l| l.strip_prefix("redis_version:")).unwrap_or("").trim().to_owned();
         let mut parts = version.split('.').map(|p| p.parse::<u32>().unwrap_or(0));
@@ -668,7 +679,7 @@ impl Queue {
         let rows: Vec<(Option<String>, Option<String>)> = pipe.query_async(&mut self.conn.clone()).await?;
         Ok(rows
             .into_iter()
-            .map(|(status, verdict)| JobSummary { status: status.unwrap_or_default(), verdict })
+            .map(|(status, verdict)| JobSummary { status: status.and_then(|s| s.parse().ok()), verdict })
             .collect())
     }
 
@@ -943,6 +954,7 @@ impl Queue {
         }
         let field = |name: &str| fields.get(name).cloned();
         let status = field("status").unwrap_or_default();
+        let status: Status = status.parse().map_err(|e| QueueError::Protocol(format!("job {id}: {e}")))?;
         let outcome = field("result").and_then(|r| serde_json::from_str::<Outcome>(&r).ok());
         let number = |name: &str| field(name).and_then(|v| v.parse::<u64>().ok());
         let timings = Timings {
@@ -954,7 +966,7 @@ impl Queue {
         Ok(Some(JobRecord {
             id: id.to_owned(),
             owner: field("owner").unwrap_or_default(),
-            language: field("language").unwrap_or_default(),
+            language: field("language").and_then(|l| l.parse().ok()),
             status,
             created_at: field("created_at"),
             started_at: field("started_at"),
@@ -1013,9 +1025,10 @@ impl Queue {
         Ok(Some(Duration::from_millis(now_ms.saturating_sub(created_ms))))
     }
 
-    /// Records that worker `name` is alive, with what it reports about itself.
-    pub async fn heartbeat(&self, name: &str, info: &str) -> Result<(), QueueError> {
-        let _: i64 = self.conn.clone().hset(keys::WORKERS, name, info).await?;
+    /// Records that a worker is alive, with what it reports about itself.
+    pub async fn heartbeat(&self, info: &WorkerInfo) -> Result<(), QueueError> {
+        let json = serde_json::to_string(info).map_err(|e| QueueError::Protocol(e.to_string()))?;
+        let _: i64 = self.conn.clone().hset(keys::WORKERS, &info.name, json).await?;
         Ok(())
     }
 
@@ -1033,10 +1046,7 @@ impl Queue {
         let all: std::collections::HashMap<String, String> = self.conn.clone().hgetall(keys::WORKERS).await?;
         let mut forgotten = Vec::new();
         for (name, info) in all {
-            let seen = serde_json::from_str::<serde_json::Value>(&info)
-                .ok()
-                .and_then(|info| info.get("seen_at_ms").and_then(serde_json::Value::as_u64))
-                .unwrap_or(0);
+            let seen = serde_json::from_str::<WorkerInfo>(&info).map_or(0, |info| info.seen_at_ms);
             if seen >= dead_before_ms {
                 continue;
             }
@@ -1073,10 +1083,11 @@ impl Queue {
         Ok(forgotten)
     }
 
-    /// What every registered worker last reported.
-    pub async fn workers(&self) -> Result<Vec<String>, QueueError> {
+    /// What every registered worker last reported. An entry that does not
+    /// parse (a worker of another version) is left out.
+    pub async fn workers(&self) -> Result<Vec<WorkerInfo>, QueueError> {
         let all: std::collections::HashMap<String, String> = self.conn.clone().hgetall(keys::WORKERS).await?;
-        Ok(all.into_values().collect())
+        Ok(all.values().filter_map(|info| serde_json::from_str(info).ok()).collect())
     }
 }
 

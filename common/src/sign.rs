@@ -34,6 +34,12 @@ impl SigningKey {
         Ok(SigningKey(key))
     }
 
+    /// The key itself, for start-up checks such as "not an api token";
+    /// never for logs.
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.0
+    }
+
     fn mac(&self, id: &str, payload: &str) -> HmacSha256 {
         // new_from_slice accepts keys of any length for HMAC.
         let mut mac = HmacSha256::new_from_slice(&self.0).unwrap_or_else(|_| unreachable!("HMAC takes any key length"));

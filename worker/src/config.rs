@@ -1,7 +1,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use runbox_common::{ConfigError, SigningKey, env_or, env_required};
+use runbox_common::{ConfigError, SharedConfig, Timeouts, env_or};
 
 use crate::sandbox::{DEFAULT_RUNTIME_DIR, Limits, PoolConfig};
 
@@ -20,11 +20,7 @@ impl SandboxConfig {
     pub fn from_env() -> Result<SandboxConfig, ConfigError> {
         let defaults = Limits::default();
         let limits = Limits {
-            default_timeout: Duration::from_millis(env_or(
-                "RUNBOX_DEFAULT_TIMEOUT_MS",
-                millis(defaults.default_timeout),
-            )?),
-            max_timeout: Duration::from_millis(env_or("RUNBOX_MAX_TIMEOUT_MS", millis(defaults.max_timeout))?),
+            timeouts: Timeouts::from_env()?,
             memory_mb: env_or("RUNBOX_MEMORY_MB", defaults.memory_mb)?,
             max_output_bytes: env_or("RUNBOX_MAX_OUTPUT_BYTES", defaults.max_output_bytes)?,
         };
@@ -35,13 +31,6 @@ impl SandboxConfig {
                 reason: "at least 32 is needed for the runtime itself".into(),
             });
         }
-        if limits.default_timeout > limits.max_timeout {
-            return Err(ConfigError::Invalid {
-                name: "RUNBOX_DEFAULT_TIMEOUT_MS",
-                value: millis(limits.default_timeout).to_string(),
-                reason: "must not exceed RUNBOX_MAX_TIMEOUT_MS".into(),
-            });
-        }
         Ok(SandboxConfig {
             runtime_dir: env_or("RUNBOX_RUNTIME_DIR", PathBuf::from(DEFAULT_RUNTIME_DIR))?,
             work_dir: env_or("RUNBOX_WORK_DIR", std::env::temp_dir())?,
@@ -50,25 +39,15 @@ impl SandboxConfig {
     }
 }
 
-fn millis(duration: Duration) -> u64 {
-    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
-}
-
 /// Everything a queue worker needs, read from the environment once.
 #[derive(Debug, Clone)]
 pub struct WorkerConfig {
-    /// `REDIS_URL`.
-    pub redis_url: String,
-    /// `RUNBOX_QUEUE`: the queue to serve.
-    pub queue: String,
-    /// `RUNBOX_SIGNING_KEY`: verifies every job before it runs.
-    pub signing_key: SigningKey,
+    /// Redis, the queue, the signing key and the result TTL.
+    pub shared: SharedConfig,
     /// `RUNBOX_WORKER_NAME`: this worker's consumer name; unique per process.
     pub name: String,
     /// `RUNBOX_WORKER_CONCURRENCY`: jobs run at once.
     pub concurrency: usize,
-    /// `RUNBOX_RESULT_TTL_S`: how long finished jobs are kept.
-    pub result_ttl: Duration,
     /// `RUNBOX_MAX_DELIVERIES`: deliveries after which a job is `worker_lost`.
     pub max_deliveries: u64,
     /// `RUNBOX_RECLAIM_IDLE_MS`: how long an entry may go without its
@@ -100,15 +79,9 @@ impl WorkerConfig {
             nix::unistd::gethostname().ok().and_then(|h| h.into_string().ok()).unwrap_or_else(|| "worker".into());
         let suffix = uuid::Uuid::new_v4().simple().to_string();
         Ok(WorkerConfig {
-            redis_url: env_or("REDIS_URL", "redis://127.0.0.1:6379".to_owned())?,
-            queue: env_or("RUNBOX_QUEUE", "default".to_owned())?,
-            signing_key: SigningKey::new(env_required(
-                "RUNBOX_SIGNING_KEY",
-                "the key the api signs jobs with; the same value must be given to the api",
-            )?)?,
+            shared: SharedConfig::from_env()?,
             name: env_or("RUNBOX_WORKER_NAME", format!("{host}-{}", &suffix[..8]))?,
             concurrency,
-            result_ttl: Duration::from_secs(env_or("RUNBOX_RESULT_TTL_S", 3600)?),
             max_deliveries: env_or("RUNBOX_MAX_DELIVERIES", 3)?,
             reclaim_idle: Duration::from_millis(env_or("RUNBOX_RECLAIM_IDLE_MS", 10_000)?),
             shutdown_grace: Duration::from_millis(env_or("RUNBOX_SHUTDOWN_GRACE_MS", 30_000)?),

@@ -17,8 +17,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
-use runbox_common::{Claimed, JobSpec, Outcome, Queue, QueueError, Status, keys, now_rfc3339, now_unix_ms};
-use serde::Serialize;
+use runbox_common::{Claimed, JobSpec, Outcome, Queue, QueueError, Status, WorkerInfo, keys, now_rfc3339, now_unix_ms};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -56,22 +55,6 @@ struct Worker {
     kill: CancellationToken,
 }
 
-/// What a worker publishes about itself for `/v1/runtimes`.
-#[derive(Serialize)]
-struct WorkerInfo<'a> {
-    name: &'a str,
-    deno: Option<String>,
-    pyodide: Option<String>,
-    /// The pinned Python packages every Python job can import.
-    python_packages: serde_json::Value,
-    isolation: Vec<&'static str>,
-    concurrency: usize,
-    pool_max: usize,
-    memory_mb: u32,
-    max_output_bytes: usize,
-    seen_at_ms: u64,
-}
-
 /// Runs the worker until `shutdown` resolves, then drains: no new claims,
 /// running jobs get `shutdown_grace` to finish, and what is still running
 /// then is killed and left pending for another worker.
@@ -81,13 +64,9 @@ pub async fn run(
     metrics: Arc<Metrics>,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), QueueError> {
-    let queue = Queue::connect(&config.redis_url, &config.queue)?;
-    match queue.check_server().await {
-        Ok(warnings) => warnings.iter().for_each(|w| warn!("{w}")),
-        Err(e @ QueueError::Unsuitable(_)) => return Err(e),
-        Err(e) => warn!(error = %e, "could not check the Redis server yet"),
-    }
-    let claims = Queue::connect_blocking(&config.redis_url, &config.queue, CLAIM_BLOCK)?;
+    let queue = Queue::connect(&config.shared.redis_url, &config.shared.queue)?;
+    queue.check_server().await?;
+    let claims = Queue::connect_blocking(&config.shared.redis_url, &config.shared.queue, CLAIM_BLOCK)?;
     let runner = Runner::pooled(Arc::new(sandbox), config.pool);
     let worker =
         Arc::new(Worker { config, runner, queue, metrics, running: Arc::default(), kill: CancellationToken::new() });
@@ -233,7 +212,7 @@ impl Worker {
                 ..Outcome::internal_error("the job's worker stopped answering too many times")
             }));
         }
-        if !self.config.signing_key.verify(&entry.id, &entry.payload, &entry.signature) {
+        if !self.config.shared.signing_key.verify(&entry.id, &entry.payload, &entry.signature) {
             self.metrics.rejected_signatures.inc();
             warn!(entry = %entry.entry, "signature did not verify; the job will not run");
             return Some(Ran::without_child(Outcome {
@@ -305,7 +284,7 @@ impl Worker {
         let mut backoff = Backoff::new();
         loop {
             let finished_at = now_rfc3339();
-            let ttl = self.config.result_ttl;
+            let ttl = self.config.shared.result_ttl;
             match self.queue.finish(entry, &ran.outcome, &finished_at, ttl, ran.boot, ran.ended_ms).await {
                 Ok(write_back) => {
                     self.metrics.write_back.observe(write_back.as_secs_f64());
@@ -356,20 +335,18 @@ async fn heartbeat(worker: Arc<Worker>, stop: CancellationToken, first: tokio::s
     let (deno, pyodide, python_packages) = versions.await.unwrap_or_default();
     loop {
         let info = WorkerInfo {
-            name: &worker.config.name,
+            name: worker.config.name.clone(),
             deno: deno.clone(),
             pyodide: pyodide.clone(),
             python_packages: python_packages.clone(),
-            isolation: sandbox.isolation.layers(),
+            isolation: sandbox.isolation.layers().into_iter().map(str::to_owned).collect(),
             concurrency: worker.config.concurrency,
             pool_max: worker.config.pool.max,
             memory_mb: sandbox.limits.memory_mb,
             max_output_bytes: sandbox.limits.max_output_bytes,
             seen_at_ms: now_unix_ms(),
         };
-        if let Ok(info) = serde_json::to_string(&info)
-            && let Err(e) = worker.queue.heartbeat(&worker.config.name, &info).await
-        {
+        if let Err(e) = worker.queue.heartbeat(&info).await {
             worker.metrics.redis_errors.inc();
             warn!(error = %e, "could not send heartbeat");
         }

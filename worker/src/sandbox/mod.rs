@@ -32,7 +32,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use runbox_common::JobSpec;
+use runbox_common::{JobSpec, Timeouts};
 
 pub use child::BootedChild;
 pub use command::MAX_FILE_BYTES;
@@ -58,10 +58,8 @@ pub enum SandboxError {
 /// The limits every run gets.
 #[derive(Debug, Clone)]
 pub struct Limits {
-    /// Wall-clock limit for a job that names none.
-    pub default_timeout: Duration,
-    /// The most a job may ask for.
-    pub max_timeout: Duration,
+    /// The wall-clock limit of a job that names none, and the most one may ask for.
+    pub timeouts: Timeouts,
     /// Cap on the V8 heap and on WebAssembly memory, each.
     pub memory_mb: u32,
     /// Bytes kept of stdout, and separately of stderr.
@@ -70,19 +68,14 @@ pub struct Limits {
 
 impl Default for Limits {
     fn default() -> Self {
-        Limits {
-            default_timeout: Duration::from_secs(10),
-            max_timeout: Duration::from_secs(60),
-            memory_mb: 256,
-            max_output_bytes: 1024 * 1024,
-        }
+        Limits { timeouts: Timeouts::default(), memory_mb: 256, max_output_bytes: 1024 * 1024 }
     }
 }
 
 impl Limits {
     /// The wall-clock limit for `spec`: its own, within the maximum.
     pub fn timeout_for(&self, spec: &JobSpec) -> Duration {
-        spec.timeout_ms.map_or(self.default_timeout, Duration::from_millis).min(self.max_timeout)
+        self.timeouts.for_job(spec.timeout_ms)
     }
 }
 

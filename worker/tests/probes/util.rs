@@ -2,7 +2,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use runbox_common::{JobSpec, Language, Outcome, Status};
+use runbox_common::{JobSpec, Language, Outcome, Status, Timeouts};
 use runbox_worker::sandbox::{Limits, PoolConfig, Runner, Runtime, Sandbox};
 use tokio::sync::OnceCell;
 use tokio_util::sync::CancellationToken;
@@ -13,8 +13,7 @@ pub use runbox_common::Language::{Javascript as Js, Python as Py, Typescript as 
 /// end quickly, and a small output cap so flood probes hit it.
 pub fn limits() -> Limits {
     Limits {
-        default_timeout: Duration::from_secs(20),
-        max_timeout: Duration::from_secs(60),
+        timeouts: Timeouts { default: Duration::from_secs(20), max: Duration::from_secs(60) },
         memory_mb: 256,
         max_output_bytes: 64 * 1024,
     }
