@@ -1,7 +1,12 @@
 //! Every Redis key and channel runbox uses, one function or constant each.
 //! Nothing else in the workspace spells a key.
+//!
+//! Every key of one queue starts with `runbox:{queue}:`, whose braces are a
+//! Redis Cluster hash tag: all of a queue's keys live in one slot, so each
+//! Lua script, which touches many of them at once, runs on a cluster too.
+//! A cluster spreads queues over its nodes, not one queue.
 
-/// The consumer group every worker reads the job stream through.
+/// The consumer group every worker reads the job streams through.
 pub const GROUP: &str = "workers";
 
 /// Pub/sub channel carrying the id of each job as it reaches a final status.
@@ -13,71 +18,111 @@ pub const CANCEL_CHANNEL: &str = "runbox:cancel";
 /// Hash of live workers: consumer name → JSON [`crate::WorkerInfo`].
 pub const WORKERS: &str = "runbox:workers";
 
-/// Prefix of each owner's job stream in `queue`; Lua scripts append the
-/// owner. Every owner (api token name) has its own stream of jobs waiting
-/// for, or held by, a worker, so that workers can take turns between
-/// owners. Entries are deleted once their result is written, so the
-/// streams' lengths add up to the queue depth (queued plus running).
-pub fn jobs_stream_prefix(queue: &str) -> String {
-    format!("runbox:{queue}:jobs:")
-}
-
-/// The job stream of `owner` in `queue`.
-pub fn jobs_stream(queue: &str, owner: &str) -> String {
-    format!("{}{owner}", jobs_stream_prefix(queue))
-}
-
-/// Set of every owner stream in `queue` that may hold entries: what the
-/// depth, takeover and clean-up go through.
-pub fn streams(queue: &str) -> String {
-    format!("runbox:{queue}:streams")
-}
-
-/// List of the owners in `queue` with jobs no worker has claimed yet, in
-/// the order workers take their turns (see `Queue::claim`).
-pub fn ready_owners(queue: &str) -> String {
-    format!("runbox:{queue}:ready")
-}
-
-/// List an enqueue pushes a token onto, to wake a worker blocked on it.
-pub fn wake(queue: &str) -> String {
-    format!("runbox:{queue}:wake")
-}
-
-/// Prefix of every job hash; Lua scripts append a job id to it.
-pub const JOB_PREFIX: &str = "runbox:job:";
-
-/// The hash holding one job's spec, status and result.
-pub fn job(id: &str) -> String {
-    format!("{JOB_PREFIX}{id}")
-}
-
-/// Prefix of every batch hash; Lua scripts append a batch id to it.
-pub const BATCH_PREFIX: &str = "runbox:batch:";
-
-/// The hash holding one batch: owner, size, how many jobs are done, job ids.
-pub fn batch(id: &str) -> String {
-    format!("{BATCH_PREFIX}{id}")
-}
-
-/// Remembers which job or batch (`kind`) an `Idempotency-Key` of `owner`
-/// created.
-pub fn idempotency(kind: &str, owner: &str, key: &str) -> String {
-    format!("runbox:idempotency:{kind}:{owner}:{key}")
-}
-
-/// The stream of finished jobs and batches whose owner asked for a
-/// callback; the api delivers them. Lua scripts spell it through
-/// [`crate::queue`]'s script prelude.
-pub const CALLBACKS: &str = "runbox:callbacks";
-
 /// The consumer group api processes deliver callbacks through.
 pub const CALLBACK_GROUP: &str = "deliverers";
 
-/// Prefix of each owner's count of queued plus running jobs, for its quota;
-/// Lua scripts append the owner.
-pub const ACTIVE_PREFIX: &str = "runbox:active:";
+/// The keys of one queue.
+#[derive(Debug, Clone)]
+pub struct QueueKeys {
+    /// `runbox:{queue}:`, the start of every key below. Lua scripts get it
+    /// as their last argument and build the keys they find on the way
+    /// (a job's batch, an owner's quota counters) from it.
+    pub prefix: String,
+}
 
-/// Prefix of each owner's per-second submission counters; Lua scripts
-/// append the owner, ":" and the second.
-pub const SUBMISSIONS_PREFIX: &str = "runbox:submissions:";
+impl QueueKeys {
+    pub fn new(queue: &str) -> QueueKeys {
+        QueueKeys { prefix: format!("runbox:{{{queue}}}:") }
+    }
+
+    /// Prefix of each owner's job stream; Lua scripts append the owner.
+    /// Every owner (api token name) has its own stream of jobs waiting for,
+    /// or held by, a worker, so that workers can take turns between owners.
+    /// Entries are deleted once their result is written, so the streams'
+    /// lengths add up to the queue depth (queued plus running).
+    pub fn jobs_stream_prefix(&self) -> String {
+        format!("{}jobs:", self.prefix)
+    }
+
+    /// The job stream of `owner`.
+    pub fn jobs_stream(&self, owner: &str) -> String {
+        format!("{}{owner}", self.jobs_stream_prefix())
+    }
+
+    /// Set of every owner stream that may hold entries: what the depth,
+    /// takeover and clean-up go through.
+    pub fn streams(&self) -> String {
+        format!("{}streams", self.prefix)
+    }
+
+    /// List of the owners with jobs no worker has claimed yet, in the order
+    /// workers take their turns (see `Queue::claim`).
+    pub fn ready_owners(&self) -> String {
+        format!("{}ready", self.prefix)
+    }
+
+    /// List an enqueue pushes a token onto, to wake a worker blocked on it.
+    pub fn wake(&self) -> String {
+        format!("{}wake", self.prefix)
+    }
+
+    /// Prefix of every job hash; Lua scripts append a job id to it.
+    pub fn job_prefix(&self) -> String {
+        format!("{}job:", self.prefix)
+    }
+
+    /// The hash holding one job's spec, status and result.
+    pub fn job(&self, id: &str) -> String {
+        format!("{}{id}", self.job_prefix())
+    }
+
+    /// Prefix of every batch hash; Lua scripts append a batch id to it.
+    pub fn batch_prefix(&self) -> String {
+        format!("{}batch:", self.prefix)
+    }
+
+    /// The hash holding one batch: owner, size, how many jobs are done, job ids.
+    pub fn batch(&self, id: &str) -> String {
+        format!("{}{id}", self.batch_prefix())
+    }
+
+    /// Remembers which job or batch (`kind`) an `Idempotency-Key` of
+    /// `owner` created.
+    pub fn idempotency(&self, kind: &str, owner: &str, key: &str) -> String {
+        format!("{}idempotency:{kind}:{owner}:{key}", self.prefix)
+    }
+
+    /// The stream of finished jobs and batches whose owner asked for a
+    /// callback; the api delivers them. Lua scripts spell it as the prefix
+    /// plus `callbacks`.
+    pub fn callbacks(&self) -> String {
+        format!("{}callbacks", self.prefix)
+    }
+}
+
+// Spelled by Lua scripts from the prefix, owner and second (see the
+// `QUOTA` script prelude in `queue.rs`): `active:{owner}`, each owner's
+// count of queued plus running jobs, and `submissions:{owner}:{second}`,
+// its per-second submission counters.
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_key_of_a_queue_shares_its_hash_tag() {
+        let keys = QueueKeys::new("eval");
+        for key in [
+            keys.jobs_stream("alice"),
+            keys.streams(),
+            keys.ready_owners(),
+            keys.wake(),
+            keys.job("j"),
+            keys.batch("b"),
+            keys.idempotency("job", "alice", "k"),
+            keys.callbacks(),
+        ] {
+            assert!(key.starts_with("runbox:{eval}:"), "{key}");
+        }
+    }
+}

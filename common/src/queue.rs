@@ -31,6 +31,7 @@ use std::time::Duration;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{AsyncCommands, RedisResult, Script, Value};
 
+use crate::keys::QueueKeys;
 use crate::{Language, Outcome, Status, WorkerInfo, keys};
 
 /// A Redis failure. The queue never panics on what Redis returns.
@@ -136,7 +137,7 @@ pub struct BatchRecord {
 /// A finished job or batch whose owner asked for a callback.
 #[derive(Debug, Clone)]
 pub struct CallbackDue {
-    /// The entry in [`keys::CALLBACKS`]: also the delivery's stable id.
+    /// The entry in the queue's callback stream: also the delivery's stable id.
     pub entry: String,
     /// [`CallbackDue::JOB`] or [`CallbackDue::BATCH`].
     pub kind: String,
@@ -193,12 +194,7 @@ pub struct Timings {
 pub struct Queue {
     conn: ConnectionManager,
     client: redis::Client,
-    /// [`keys::jobs_stream_prefix`] of this queue.
-    stream_prefix: String,
-    /// [`keys::streams`], [`keys::ready_owners`] and [`keys::wake`] of this queue.
-    streams: String,
-    ready: String,
-    wake: String,
+    keys: QueueKeys,
 }
 
 // How owner streams are kept: `depth` counts queued plus running jobs in
@@ -256,57 +252,50 @@ announce(KEYS[3], KEYS[4], ARGV[2], n, tonumber(ARGV[13 + 4 * n]))
 return 1
 ";
 
+// The queue's key prefix (`QueueKeys::prefix`), which every script that
+// builds keys gets as its last argument.
+const PREFIX: &str = "local PREFIX = ARGV[#ARGV]\n";
+
 // An owner's quota: `over_quota` says whether `n` more jobs would pass it
 // (-1 queued plus running, -2 submissions this second), `count_submission`
 // counts them in, and `release_quota` counts a job out when it is final.
-static QUOTA: LazyLock<String> = LazyLock::new(|| {
-    format!(
-        r"
+const QUOTA: &str = r"
 local function over_quota(owner, max_active, per_second, n)
   max_active = tonumber(max_active)
   per_second = tonumber(per_second)
-  if max_active > 0 and tonumber(redis.call('GET', '{active}' .. owner) or '0') + n > max_active then
+  if max_active > 0 and tonumber(redis.call('GET', PREFIX .. 'active:' .. owner) or '0') + n > max_active then
     return -1
   end
   if per_second > 0 then
-    local key = '{submissions}' .. owner .. ':' .. redis.call('TIME')[1]
+    local key = PREFIX .. 'submissions:' .. owner .. ':' .. redis.call('TIME')[1]
     if tonumber(redis.call('GET', key) or '0') + 1 > per_second then return -2 end
   end
   return 0
 end
 local function count_submission(owner, n)
-  redis.call('INCRBY', '{active}' .. owner, n)
-  local key = '{submissions}' .. owner .. ':' .. redis.call('TIME')[1]
+  redis.call('INCRBY', PREFIX .. 'active:' .. owner, n)
+  local key = PREFIX .. 'submissions:' .. owner .. ':' .. redis.call('TIME')[1]
   redis.call('INCR', key)
   redis.call('EXPIRE', key, 2)
 end
 local function release_quota(job_key)
   local owner = redis.call('HGET', job_key, 'owner')
   if owner then
-    local key = '{active}' .. owner
+    local key = PREFIX .. 'active:' .. owner
     if redis.call('DECR', key) <= 0 then redis.call('DEL', key) end
   end
 end
-",
-        active = keys::ACTIVE_PREFIX,
-        submissions = keys::SUBMISSIONS_PREFIX
-    )
-});
+";
 
 // Queues the callback of a job or batch (`kind`) that just finished, if
-// its owner asked for one, on the `keys::CALLBACKS` stream.
-static QUEUE_CALLBACK: LazyLock<String> = LazyLock::new(|| {
-    format!(
-        r"
+// its owner asked for one, on the queue's callback stream.
+const QUEUE_CALLBACK: &str = r"
 local function queue_callback(key, kind, id)
   if redis.call('HEXISTS', key, 'callback') == 1 then
-    redis.call('XADD', '{stream}', 'MAXLEN', '~', 100000, '*', 'kind', kind, 'id', id)
+    redis.call('XADD', PREFIX .. 'callbacks', 'MAXLEN', '~', 100000, '*', 'kind', kind, 'id', id)
   end
 end
-",
-        stream = keys::CALLBACKS
-    )
-});
+";
 
 // Counts a job that just reached its final status in its batch, if any.
 const BATCH_PROGRESS: &str = r"
@@ -469,17 +458,18 @@ end
 return 'final'
 ";
 
-static ENQUEUE_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(&format!("{OWNER_STREAMS}{}{ENQUEUE}", *QUOTA)));
+static ENQUEUE_SCRIPT: LazyLock<Script> =
+    LazyLock::new(|| Script::new(&format!("{PREFIX}{OWNER_STREAMS}{QUOTA}{ENQUEUE}")));
 static ENQUEUE_BATCH_SCRIPT: LazyLock<Script> =
-    LazyLock::new(|| Script::new(&format!("{OWNER_STREAMS}{}{ENQUEUE_BATCH}", *QUOTA)));
+    LazyLock::new(|| Script::new(&format!("{PREFIX}{OWNER_STREAMS}{QUOTA}{ENQUEUE_BATCH}")));
 static CLAIM_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(CLAIM));
 static DEPTH_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(&format!("{OWNER_STREAMS}{DEPTH}")));
 static START_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(&format!("{NOW_MS}{START}")));
 static FINISH_SCRIPT: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(&format!("{NOW_MS}{}{}{BATCH_PROGRESS}{CANCEL_QUEUED}{STOP_BATCH}{FINISH}", *QUOTA, *QUEUE_CALLBACK))
+    Script::new(&format!("{PREFIX}{NOW_MS}{QUOTA}{QUEUE_CALLBACK}{BATCH_PROGRESS}{CANCEL_QUEUED}{STOP_BATCH}{FINISH}"))
 });
 static CANCEL_SCRIPT: LazyLock<Script> =
-    LazyLock::new(|| Script::new(&format!("{}{}{BATCH_PROGRESS}{CANCEL_QUEUED}{CANCEL}", *QUOTA, *QUEUE_CALLBACK)));
+    LazyLock::new(|| Script::new(&format!("{PREFIX}{QUOTA}{QUEUE_CALLBACK}{BATCH_PROGRESS}{CANCEL_QUEUED}{CANCEL}")));
 
 /// Time for one Redis reply. A blocking claim adds its own block time.
 const RESPONSE_TIMEOUT: Duration = Duration::from_secs(5);
@@ -505,14 +495,7 @@ impl Queue {
             .set_number_of_retries(2)
             .set_max_delay(Duration::from_millis(500));
         let conn = ConnectionManager::new_lazy_with_config(client.clone(), config)?;
-        Ok(Queue {
-            conn,
-            client,
-            stream_prefix: keys::jobs_stream_prefix(queue),
-            streams: keys::streams(queue),
-            ready: keys::ready_owners(queue),
-            wake: keys::wake(queue),
-        })
+        Ok(Queue { conn, client, keys: QueueKeys::new(queue) })
     }
 
     /// A new pub/sub connection, subscribed to `channels`.
@@ -604,15 +587,16 @@ impl Queue {
         callback: Option<&str>,
         quota: Quota,
     ) -> Result<Enqueued, QueueError> {
-        let mut invocation = ENQUEUE_SCRIPT.key(format!("{}{owner}", self.stream_prefix));
-        invocation.key(&self.streams).key(&self.ready).key(&self.wake).key(keys::job(id));
+        let keys = &self.keys;
+        let mut invocation = ENQUEUE_SCRIPT.key(keys.jobs_stream(owner));
+        invocation.key(keys.streams()).key(keys.ready_owners()).key(keys.wake()).key(keys.job(id));
         if let Some(idempotency) = idempotency {
-            invocation.key(keys::idempotency("job", owner, idempotency.key));
+            invocation.key(keys.idempotency("job", owner, idempotency.key));
         }
         invocation.arg(cap).arg(id).arg(payload).arg(signature).arg(owner).arg(language).arg(created_at);
         invocation.arg(idempotency.map_or(0, |i| i.ttl.as_secs().max(1)));
         invocation.arg(callback.unwrap_or("")).arg(quota.max_active).arg(quota.per_second);
-        invocation.arg(keys::GROUP).arg(WAKE_TOKENS);
+        invocation.arg(keys::GROUP).arg(WAKE_TOKENS).arg(&keys.prefix);
         enqueued(invocation.invoke_async(&mut self.conn.clone()).await?)
     }
 
@@ -633,13 +617,14 @@ impl Queue {
     ) -> Result<Enqueued, QueueError> {
         let ids: Vec<&str> = jobs.iter().map(|j| j.id.as_str()).collect();
         let ids = serde_json::to_string(&ids).map_err(|e| QueueError::Protocol(e.to_string()))?;
-        let mut invocation = ENQUEUE_BATCH_SCRIPT.key(format!("{}{owner}", self.stream_prefix));
-        invocation.key(&self.streams).key(&self.ready).key(&self.wake).key(keys::batch(batch_id));
+        let keys = &self.keys;
+        let mut invocation = ENQUEUE_BATCH_SCRIPT.key(keys.jobs_stream(owner));
+        invocation.key(keys.streams()).key(keys.ready_owners()).key(keys.wake()).key(keys.batch(batch_id));
         for job in jobs {
-            invocation.key(keys::job(&job.id));
+            invocation.key(keys.job(&job.id));
         }
         if let Some(idempotency) = idempotency {
-            invocation.key(keys::idempotency("batch", owner, idempotency.key));
+            invocation.key(keys.idempotency("batch", owner, idempotency.key));
         }
         invocation.arg(cap).arg(owner).arg(created_at).arg(batch_id).arg(ids).arg(jobs.len());
         for job in jobs {
@@ -648,13 +633,13 @@ impl Queue {
         invocation.arg(if stop_on_failure { "1" } else { "0" });
         invocation.arg(idempotency.map_or(0, |i| i.ttl.as_secs().max(1)));
         invocation.arg(callback.unwrap_or("")).arg(quota.max_active).arg(quota.per_second);
-        invocation.arg(keys::GROUP).arg(WAKE_TOKENS);
+        invocation.arg(keys::GROUP).arg(WAKE_TOKENS).arg(&keys.prefix);
         enqueued(invocation.invoke_async(&mut self.conn.clone()).await?)
     }
 
     /// Reads batch `id`, or None if it does not exist (or expired).
     pub async fn get_batch(&self, id: &str) -> Result<Option<BatchRecord>, QueueError> {
-        let fields: std::collections::HashMap<String, String> = self.conn.clone().hgetall(keys::batch(id)).await?;
+        let fields: std::collections::HashMap<String, String> = self.conn.clone().hgetall(self.keys.batch(id)).await?;
         if fields.is_empty() {
             return Ok(None);
         }
@@ -674,7 +659,7 @@ impl Queue {
     pub async fn summaries(&self, ids: &[String]) -> Result<Vec<JobSummary>, QueueError> {
         let mut pipe = redis::pipe();
         for id in ids {
-            pipe.cmd("HMGET").arg(keys::job(id)).arg("status").arg("verdict");
+            pipe.cmd("HMGET").arg(self.keys.job(id)).arg("status").arg("verdict");
         }
         let rows: Vec<(Option<String>, Option<String>)> = pipe.query_async(&mut self.conn.clone()).await?;
         Ok(rows
@@ -691,15 +676,18 @@ impl Queue {
         if !claimed.is_empty() {
             return Ok(claimed);
         }
-        let _: Option<(String, String)> =
-            redis::cmd("BLPOP").arg(&self.wake).arg(block.as_secs_f64()).query_async(&mut self.conn.clone()).await?;
+        let _: Option<(String, String)> = redis::cmd("BLPOP")
+            .arg(self.keys.wake())
+            .arg(block.as_secs_f64())
+            .query_async(&mut self.conn.clone())
+            .await?;
         self.claim_now(consumer, count).await
     }
 
     async fn claim_now(&self, consumer: &str, count: usize) -> Result<Vec<Claimed>, QueueError> {
         let reply: Value = CLAIM_SCRIPT
-            .key(&self.ready)
-            .arg(&self.stream_prefix)
+            .key(self.keys.ready_owners())
+            .arg(self.keys.jobs_stream_prefix())
             .arg(keys::GROUP)
             .arg(consumer)
             .arg(count)
@@ -720,7 +708,7 @@ impl Queue {
 
     /// Every owner stream that may hold entries.
     async fn owner_streams(&self) -> Result<Vec<String>, QueueError> {
-        Ok(self.conn.clone().smembers(&self.streams).await?)
+        Ok(self.conn.clone().smembers(self.keys.streams()).await?)
     }
 
     /// Resets the idle time of `entries` (stream, entry id), which
@@ -778,7 +766,7 @@ impl Queue {
 
     /// Creates the callback stream and its deliverers' group if needed.
     pub async fn ensure_callback_group(&self) -> Result<(), QueueError> {
-        self.create_group(keys::CALLBACKS, keys::CALLBACK_GROUP).await
+        self.create_group(&self.keys.callbacks(), keys::CALLBACK_GROUP).await
     }
 
     /// Callbacks for `consumer` to deliver: up to `count` that another
@@ -792,7 +780,7 @@ impl Queue {
         stale: Duration,
     ) -> Result<Vec<CallbackDue>, QueueError> {
         let reply: Value = redis::cmd("XAUTOCLAIM")
-            .arg(keys::CALLBACKS)
+            .arg(self.keys.callbacks())
             .arg(keys::CALLBACK_GROUP)
             .arg(consumer)
             .arg(u64::try_from(stale.as_millis()).unwrap_or(u64::MAX))
@@ -816,7 +804,7 @@ impl Queue {
             .arg("BLOCK")
             .arg(u64::try_from(block.as_millis()).unwrap_or(u64::MAX))
             .arg("STREAMS")
-            .arg(keys::CALLBACKS)
+            .arg(self.keys.callbacks())
             .arg(">")
             .query_async(&mut self.conn.clone())
             .await?;
@@ -826,8 +814,9 @@ impl Queue {
     /// Ends a callback's delivery, whether it got through or was given up.
     pub async fn callback_done(&self, entry: &str) -> Result<(), QueueError> {
         let mut pipe = redis::pipe();
-        pipe.cmd("XACK").arg(keys::CALLBACKS).arg(keys::CALLBACK_GROUP).arg(entry).ignore();
-        pipe.cmd("XDEL").arg(keys::CALLBACKS).arg(entry).ignore();
+        let stream = self.keys.callbacks();
+        pipe.cmd("XACK").arg(&stream).arg(keys::CALLBACK_GROUP).arg(entry).ignore();
+        pipe.cmd("XDEL").arg(&stream).arg(entry).ignore();
         pipe.query_async::<()>(&mut self.conn.clone()).await?;
         Ok(())
     }
@@ -835,7 +824,7 @@ impl Queue {
     /// The owner and callback URL of the job or batch a callback is for;
     /// None if it has expired.
     pub async fn callback_target(&self, due: &CallbackDue) -> Result<Option<(String, String)>, QueueError> {
-        let key = if due.kind == CallbackDue::BATCH { keys::batch(&due.id) } else { keys::job(&due.id) };
+        let key = if due.kind == CallbackDue::BATCH { self.keys.batch(&due.id) } else { self.keys.job(&due.id) };
         let (owner, url): (Option<String>, Option<String>) =
             redis::cmd("HMGET").arg(key).arg("owner").arg("callback").query_async(&mut self.conn.clone()).await?;
         Ok(owner.zip(url))
@@ -865,7 +854,7 @@ impl Queue {
     /// already finished, or its hash is gone.
     pub async fn start(&self, entry: &Claimed, worker: &str, started_at: &str) -> Result<Option<Duration>, QueueError> {
         let queued_ms: i64 = START_SCRIPT
-            .key(keys::job(&entry.id))
+            .key(self.keys.job(&entry.id))
             .arg(worker)
             .arg(started_at)
             .arg(&entry.entry)
@@ -890,7 +879,7 @@ impl Queue {
         let result = serde_json::to_string(outcome).map_err(|e| QueueError::Protocol(e.to_string()))?;
         let (id, entry) = (&claimed.id, &claimed.entry);
         let write_ms: i64 = FINISH_SCRIPT
-            .key(keys::job(id))
+            .key(self.keys.job(id))
             .key(&claimed.stream)
             .arg(outcome.status.as_str())
             .arg(result)
@@ -903,10 +892,11 @@ impl Queue {
             .arg(u64::try_from(boot.as_millis()).unwrap_or(u64::MAX))
             .arg(ended_ms)
             .arg(outcome.verdict.map_or("", |v| v.as_str()))
-            .arg(keys::BATCH_PREFIX)
+            .arg(self.keys.batch_prefix())
             .arg(if outcome.failed() { "1" } else { "0" })
-            .arg(keys::JOB_PREFIX)
+            .arg(self.keys.job_prefix())
             .arg(CANCELLED_RESULT.as_str())
+            .arg(&self.keys.prefix)
             .invoke_async(&mut self.conn.clone())
             .await?;
         Ok(Duration::from_millis(u64::try_from(write_ms).unwrap_or(0)))
@@ -917,7 +907,7 @@ impl Queue {
     pub async fn cancel(&self, id: &str, finished_at: &str, ttl: Duration) -> Result<Cancelled, QueueError> {
         let result = CANCELLED_RESULT.as_str();
         let reply: String = CANCEL_SCRIPT
-            .key(keys::job(id))
+            .key(self.keys.job(id))
             .arg(finished_at)
             .arg(result)
             .arg(ttl.as_secs().max(1))
@@ -925,7 +915,8 @@ impl Queue {
             .arg(keys::DONE_CHANNEL)
             .arg(id)
             .arg(keys::CANCEL_CHANNEL)
-            .arg(keys::BATCH_PREFIX)
+            .arg(self.keys.batch_prefix())
+            .arg(&self.keys.prefix)
             .invoke_async(&mut self.conn.clone())
             .await?;
         Ok(match reply.as_str() {
@@ -940,7 +931,7 @@ impl Queue {
     pub async fn cancel_requested(&self, ids: &[String]) -> Result<Vec<bool>, QueueError> {
         let mut pipe = redis::pipe();
         for id in ids {
-            pipe.hget(keys::job(id), "cancel");
+            pipe.hget(self.keys.job(id), "cancel");
         }
         let flags: Vec<Option<String>> = pipe.query_async(&mut self.conn.clone()).await?;
         Ok(flags.into_iter().map(|flag| flag.as_deref() == Some("1")).collect())
@@ -948,7 +939,7 @@ impl Queue {
 
     /// Reads job `id`, or None if it does not exist (or expired).
     pub async fn get(&self, id: &str) -> Result<Option<JobRecord>, QueueError> {
-        let fields: std::collections::HashMap<String, String> = self.conn.clone().hgetall(keys::job(id)).await?;
+        let fields: std::collections::HashMap<String, String> = self.conn.clone().hgetall(self.keys.job(id)).await?;
         if fields.is_empty() {
             return Ok(None);
         }
@@ -979,7 +970,7 @@ impl Queue {
 
     /// Queued plus running jobs.
     pub async fn depth(&self) -> Result<u64, QueueError> {
-        Ok(DEPTH_SCRIPT.key(&self.streams).invoke_async(&mut self.conn.clone()).await?)
+        Ok(DEPTH_SCRIPT.key(self.keys.streams()).invoke_async(&mut self.conn.clone()).await?)
     }
 
     /// Age of the oldest job no worker has claimed yet, if any.

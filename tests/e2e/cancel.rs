@@ -63,7 +63,7 @@ async fn a_cancel_whose_message_was_lost_still_kills_the_job() {
     let id = job["id"].as_str().unwrap_or_else(|| panic!("{job}"));
     api.until_status(id, "running", Duration::from_secs(30)).await;
     let started = Instant::now();
-    let _: i64 = redis.cmd(redis::cmd("HSET").arg(format!("runbox:job:{id}")).arg("cancel").arg("1")).await;
+    let _: i64 = redis.cmd(redis::cmd("HSET").arg(keys().job(id)).arg("cancel").arg("1")).await;
     let job = api.until_status(id, "cancelled", Duration::from_secs(10)).await;
     assert!(started.elapsed() < Duration::from_secs(5), "took {:?}", started.elapsed());
     assert!(job["exit_code"].is_null(), "{job}");

@@ -188,7 +188,7 @@ async fn kill_9_of_random_workers_loses_and_repeats_nothing() {
         // Its jobs still name it as their worker until they are taken over.
         let mut pipe = redis::pipe();
         for id in &ids {
-            pipe.cmd("HMGET").arg(format!("runbox:job:{id}")).arg("status").arg("worker");
+            pipe.cmd("HMGET").arg(keys().job(id)).arg("status").arg("worker");
         }
         let mut conn = redis.conn().await.expect("redis reachable");
         let holders: Vec<(Option<String>, Option<String>)> = pipe.query_async(&mut conn).await.expect("HMGET");
@@ -334,11 +334,8 @@ async fn a_burst_of_ten_times_the_cap_never_overshoots_it() {
             let mut conn = client.get_multiplexed_async_connection().await.expect("connect");
             let mut deepest = 0u64;
             while watching.load(std::sync::atomic::Ordering::Relaxed) {
-                let streams: Vec<String> = redis::cmd("SMEMBERS")
-                    .arg("runbox:default:streams")
-                    .query_async(&mut conn)
-                    .await
-                    .unwrap_or_default();
+                let streams: Vec<String> =
+                    redis::cmd("SMEMBERS").arg(keys().streams()).query_async(&mut conn).await.unwrap_or_default();
                 let mut depth = 0;
                 for stream in streams {
                     depth += redis::cmd("XLEN").arg(stream).query_async::<u64>(&mut conn).await.unwrap_or(0);

@@ -212,7 +212,7 @@ async fn api_sigterm_answers_long_polls_and_exits() {
 }
 
 async fn job_worker(redis: &Redis, id: &str) -> Option<String> {
-    redis.cmd(redis::cmd("HGET").arg(format!("runbox:job:{id}")).arg("worker")).await
+    redis.cmd(redis::cmd("HGET").arg(keys().job(id)).arg("worker")).await
 }
 
 #[tokio::test]
@@ -271,7 +271,7 @@ async fn a_dead_worker_is_forgotten_once_its_jobs_are_taken_over() {
     api.until_status(&id, "running", Duration::from_secs(30)).await;
     let consumers = || async {
         let reply: redis::Value =
-            redis.cmd(redis::cmd("XINFO").arg("CONSUMERS").arg("runbox:default:jobs:alice").arg("workers")).await;
+            redis.cmd(redis::cmd("XINFO").arg("CONSUMERS").arg(keys().jobs_stream("alice")).arg("workers")).await;
         consumer_names(reply)
     };
     assert!(consumers().await.iter().any(|name| name == "worker-dead"), "it holds the job");

@@ -7,32 +7,30 @@ use serde_json::json;
 
 use crate::util::*;
 
-/// Alice's job stream.
-const STREAM: &str = "runbox:default:jobs:alice";
-
 async fn status_in_redis(redis: &Redis, id: &str) -> Option<String> {
-    redis.cmd(redis::cmd("HGET").arg(format!("runbox:job:{id}")).arg("status")).await
+    redis.cmd(redis::cmd("HGET").arg(keys().job(id)).arg("status")).await
 }
 
 /// Writes a job entry straight into a job stream and wakes the workers, as
 /// someone with Redis access but without the signing key could.
 async fn append_entry(redis: &Redis, id: &str, payload: &str, signature: &str) {
-    let _: redis::Value = redis.cmd(redis::cmd("SADD").arg("runbox:default:streams").arg(STREAM)).await;
+    let stream = keys().jobs_stream("alice");
+    let _: redis::Value = redis.cmd(redis::cmd("SADD").arg(keys().streams()).arg(&stream)).await;
     // Fails harmlessly (BUSYGROUP) when the api already made the group.
     let mut conn = redis.conn().await.expect("redis reachable");
     let _: redis::RedisResult<()> = redis::cmd("XGROUP")
         .arg("CREATE")
-        .arg(STREAM)
+        .arg(&stream)
         .arg("workers")
         .arg("0")
         .arg("MKSTREAM")
         .query_async(&mut conn)
         .await;
-    let _: i64 = redis.cmd(redis::cmd("RPUSH").arg("runbox:default:ready").arg("alice")).await;
+    let _: i64 = redis.cmd(redis::cmd("RPUSH").arg(keys().ready_owners()).arg("alice")).await;
     let _: String = redis
         .cmd(
             redis::cmd("XADD")
-                .arg(STREAM)
+                .arg(&stream)
                 .arg("*")
                 .arg("id")
                 .arg(id)
@@ -80,7 +78,7 @@ async fn forged_job_is_rejected() {
     append_entry(&redis, id, &payload, &"00".repeat(32)).await;
     until_rejected(&redis, id).await;
     worker.wait_for_log("signature did not verify", Duration::from_secs(5)).await;
-    let started: Option<String> = redis.cmd(redis::cmd("HGET").arg(format!("runbox:job:{id}")).arg("started_at")).await;
+    let started: Option<String> = redis.cmd(redis::cmd("HGET").arg(keys().job(id)).arg("started_at")).await;
     assert_eq!(started, None, "a rejected job never starts");
     // Had the program run, it would have ended by now, and its child's CPU
     // time would show in the worker's account.
@@ -99,11 +97,12 @@ async fn tampered_job_is_rejected_and_counted() {
     let id = job["id"].as_str().expect("id");
 
     // Re-queue the entry with its signature but different code.
-    let entries: Vec<(String, Vec<String>)> = redis.cmd(redis::cmd("XRANGE").arg(STREAM).arg("-").arg("+")).await;
+    let stream = keys().jobs_stream("alice");
+    let entries: Vec<(String, Vec<String>)> = redis.cmd(redis::cmd("XRANGE").arg(&stream).arg("-").arg("+")).await;
     let fields = &entries.first().expect("one entry").1;
     let at = fields.iter().position(|f| f == "sig").expect("sig field");
     let signature = fields[at + 1].clone();
-    let _: i64 = redis.cmd(redis::cmd("DEL").arg(STREAM)).await;
+    let _: i64 = redis.cmd(redis::cmd("DEL").arg(&stream)).await;
     let tampered = json!({ "language": "python", "code": "print('tampered')", "timeout_ms": 5000 }).to_string();
     append_entry(&redis, id, &tampered, &signature).await;
 

@@ -103,7 +103,7 @@ impl Redis {
 
     /// Queued plus running jobs: the entries of every owner's job stream.
     pub async fn depth(&self) -> u64 {
-        let streams: Vec<String> = self.cmd(redis::cmd("SMEMBERS").arg("runbox:default:streams")).await;
+        let streams: Vec<String> = self.cmd(redis::cmd("SMEMBERS").arg(keys().streams())).await;
         let mut depth = 0;
         for stream in streams {
             depth += self.cmd::<u64>(redis::cmd("XLEN").arg(stream)).await;
@@ -124,6 +124,11 @@ impl Redis {
             let _ = child.kill().await;
         }
     }
+}
+
+/// The Redis keys of the queue every test uses.
+pub fn keys() -> runbox_common::keys::QueueKeys {
+    runbox_common::keys::QueueKeys::new("default")
 }
 
 /// Unix milliseconds of an RFC 3339 timestamp, as the api returns them.
