@@ -165,7 +165,7 @@ async fn cancelling_a_batch_ends_what_has_not_finished() {
     let depth = redis.depth().await;
     assert_eq!(depth, 0);
     // A finished batch keeps a TTL, like a finished job.
-    let ttl: i64 = redis.cmd(redis::cmd("TTL").arg(keys().batch(&id))).await;
+    let ttl: i64 = redis.cmd(redis::cmd("TTL").arg(keys().batch(id))).await;
     assert!(ttl > 0, "ttl {ttl}");
     let response =
         api.http.delete(api.url(&format!("/v1/batches/{id}"))).bearer_auth(BOB).send().await.expect("delete");
