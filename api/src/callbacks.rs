@@ -236,7 +236,7 @@ const READ_BLOCK: Duration = Duration::from_secs(1);
 pub async fn run(state: AppState) {
     // Its own connection: a blocking read on the shared one would stall
     // every request behind it for up to READ_BLOCK.
-    let reader = match Queue::connect_blocking(&state.config.shared.redis_url, &state.config.shared.queue, READ_BLOCK) {
+    let reader = match Queue::connect_blocking(&state.config.shared.redis, &state.config.shared.queue, READ_BLOCK) {
         Ok(reader) => reader,
         Err(e) => {
             tracing::error!(error = %e, "cannot deliver callbacks: bad Redis URL");

@@ -65,7 +65,7 @@ pub struct AppState {
 impl AppState {
     /// Connects (lazily) to Redis and starts the completion listener.
     pub fn new(config: ApiConfig) -> Result<AppState, QueueError> {
-        let queue = Queue::connect(&config.shared.redis_url, &config.shared.queue)?;
+        let queue = Queue::connect(&config.shared.redis, &config.shared.queue)?;
         let waiters = Arc::new(Waiters::default());
         tokio::spawn(waiters::listen(queue.clone(), waiters.clone()));
         Ok(AppState {

@@ -4,7 +4,7 @@
 use std::str::FromStr;
 use std::time::Duration;
 
-use crate::SigningKey;
+use crate::{RedisTarget, SigningKey};
 
 /// A configuration variable that is missing or does not parse.
 #[derive(Debug, thiserror::Error)]
@@ -52,8 +52,8 @@ where
 /// bounds, which the sandbox needs without a queue too, are [`Timeouts`].
 #[derive(Debug, Clone)]
 pub struct SharedConfig {
-    /// `REDIS_URL`.
-    pub redis_url: String,
+    /// `REDIS_URL`, and `RUNBOX_REDIS_CLUSTER`.
+    pub redis: RedisTarget,
     /// `RUNBOX_QUEUE`: the queue the api fills and the workers serve.
     pub queue: String,
     /// `RUNBOX_SIGNING_KEY`: the api signs every job with it; workers run
@@ -66,7 +66,7 @@ pub struct SharedConfig {
 impl SharedConfig {
     pub fn from_env() -> Result<SharedConfig, ConfigError> {
         Ok(SharedConfig {
-            redis_url: env_or("REDIS_URL", "redis://127.0.0.1:6379".to_owned())?,
+            redis: redis_target()?,
             queue: env_or("RUNBOX_QUEUE", "default".to_owned())?,
             signing_key: SigningKey::new(env_required(
                 "RUNBOX_SIGNING_KEY",
@@ -75,6 +75,22 @@ impl SharedConfig {
             result_ttl: Duration::from_secs(env_or("RUNBOX_RESULT_TTL_S", 3600)?),
         })
     }
+}
+
+/// `REDIS_URL`: one URL, or with `RUNBOX_REDIS_CLUSTER=true` the
+/// comma-separated seed nodes of a Redis Cluster.
+fn redis_target() -> Result<RedisTarget, ConfigError> {
+    let text = env_or("REDIS_URL", "redis://127.0.0.1:6379".to_owned())?;
+    let urls: Vec<String> = text.split(',').map(str::trim).filter(|u| !u.is_empty()).map(str::to_owned).collect();
+    let cluster = env_or("RUNBOX_REDIS_CLUSTER", false)?;
+    if urls.len() > 1 && !cluster {
+        return Err(ConfigError::Invalid {
+            name: "REDIS_URL",
+            value: text,
+            reason: "several URLs are the seed nodes of a cluster: set RUNBOX_REDIS_CLUSTER=true".into(),
+        });
+    }
+    Ok(RedisTarget { urls, cluster })
 }
 
 /// A job's wall-clock limit: `RUNBOX_DEFAULT_TIMEOUT_MS` for a job that

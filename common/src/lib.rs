@@ -9,7 +9,8 @@
 //!   comes back ([`Status`], [`Outcome`]).
 //! - `sign`: HMAC signatures that let a worker trust a job ([`SigningKey`]).
 //! - [`keys`]: every Redis key and channel name.
-//! - `queue`: the queue operations on Redis ([`Queue`]).
+//! - `queue`: the queue operations on Redis ([`Queue`]), over `connection`:
+//!   one server or a cluster ([`RedisTarget`]).
 //! - `config`: reading typed configuration from the environment, and the
 //!   settings both processes share ([`SharedConfig`], [`Timeouts`]).
 //! - `time`: timestamps as stored.
@@ -17,6 +18,7 @@
 //! - `workers`: what each worker reports of itself ([`WorkerInfo`]).
 
 mod config;
+mod connection;
 mod job;
 pub mod keys;
 mod metrics;
@@ -27,6 +29,7 @@ mod time;
 mod workers;
 
 pub use config::{ConfigError, SharedConfig, Timeouts, env_or, env_required};
+pub use connection::RedisTarget;
 pub use job::{
     Compare, FileEncoding, InputFile, JobSpec, Language, MAX_RETURN_FILES, MAX_RETURN_FILES_BYTES, Outcome, OutputFile,
     ReturnFiles, Status, UnknownLanguage, Verdict,

@@ -28,9 +28,9 @@
 use std::sync::LazyLock;
 use std::time::Duration;
 
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{AsyncCommands, RedisResult, Script, Value};
 
+use crate::connection::{Connection, RedisTarget, pubsub_client};
 use crate::keys::QueueKeys;
 use crate::{Language, Outcome, Status, WorkerInfo, keys};
 
@@ -192,8 +192,9 @@ pub struct Timings {
 /// connection that reconnects by itself.
 #[derive(Clone)]
 pub struct Queue {
-    conn: ConnectionManager,
-    client: redis::Client,
+    conn: Connection,
+    /// Where pub/sub connections go.
+    pubsub: redis::Client,
     keys: QueueKeys,
 }
 
@@ -475,32 +476,31 @@ static CANCEL_SCRIPT: LazyLock<Script> =
 const RESPONSE_TIMEOUT: Duration = Duration::from_secs(5);
 
 impl Queue {
-    /// A queue named `queue` on the Redis at `url`. Connects lazily, so it
-    /// can be made while Redis is down; each command reconnects if needed.
-    pub fn connect(url: &str, queue: &str) -> Result<Queue, QueueError> {
-        Queue::connect_with_timeout(url, queue, RESPONSE_TIMEOUT)
+    /// A queue named `queue` on the Redis (server or cluster) at `target`.
+    /// Connects lazily, so it can be made while Redis is down; each command
+    /// reconnects if needed.
+    pub fn connect(target: &RedisTarget, queue: &str) -> Result<Queue, QueueError> {
+        Queue::connect_with_timeout(target, queue, RESPONSE_TIMEOUT)
     }
 
     /// Like [`Queue::connect`], for a connection that also makes blocking
     /// reads of up to `block`.
-    pub fn connect_blocking(url: &str, queue: &str, block: Duration) -> Result<Queue, QueueError> {
-        Queue::connect_with_timeout(url, queue, RESPONSE_TIMEOUT + block)
+    pub fn connect_blocking(target: &RedisTarget, queue: &str, block: Duration) -> Result<Queue, QueueError> {
+        Queue::connect_with_timeout(target, queue, RESPONSE_TIMEOUT + block)
     }
 
-    fn connect_with_timeout(url: &str, queue: &str, response_timeout: Duration) -> Result<Queue, QueueError> {
-        let client = redis::Client::open(url)?;
-        let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(Duration::from_secs(2)))
-            .set_response_timeout(Some(response_timeout))
-            .set_number_of_retries(2)
-            .set_max_delay(Duration::from_millis(500));
-        let conn = ConnectionManager::new_lazy_with_config(client.clone(), config)?;
-        Ok(Queue { conn, client, keys: QueueKeys::new(queue) })
+    fn connect_with_timeout(
+        target: &RedisTarget,
+        queue: &str,
+        response_timeout: Duration,
+    ) -> Result<Queue, QueueError> {
+        let conn = Connection::new(target, response_timeout)?;
+        Ok(Queue { conn, pubsub: pubsub_client(target)?, keys: QueueKeys::new(queue) })
     }
 
     /// A new pub/sub connection, subscribed to `channels`.
     pub async fn subscribe(&self, channels: &[&str]) -> Result<redis::aio::PubSub, QueueError> {
-        let mut pubsub = self.client.get_async_pubsub().await?;
+        let mut pubsub = self.pubsub.get_async_pubsub().await?;
         for channel in channels {
             pubsub.subscribe(*channel).await?;
         }

@@ -64,9 +64,9 @@ pub async fn run(
     metrics: Arc<Metrics>,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), QueueError> {
-    let queue = Queue::connect(&config.shared.redis_url, &config.shared.queue)?;
+    let queue = Queue::connect(&config.shared.redis, &config.shared.queue)?;
     queue.check_server().await?;
-    let claims = Queue::connect_blocking(&config.shared.redis_url, &config.shared.queue, CLAIM_BLOCK)?;
+    let claims = Queue::connect_blocking(&config.shared.redis, &config.shared.queue, CLAIM_BLOCK)?;
     let runner = Runner::pooled(Arc::new(sandbox), config.pool);
     let worker =
         Arc::new(Worker { config, runner, queue, metrics, running: Arc::default(), kill: CancellationToken::new() });
