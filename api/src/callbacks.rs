@@ -3,8 +3,8 @@
 //! its jobs.
 //!
 //! - The Lua scripts that write a final status queue the callback on the
-//!   `runbox:callbacks` stream in the same step, so a finish is never
-//!   without its callback. Each api process delivers from that stream
+//!   queue's callback stream (`runbox:{queue}:callbacks`) in the same
+//!   step, so a finish is never without its callback. Each api process delivers from that stream
 //!   through one consumer group, reading it on a connection of its own;
 //!   what a dead api held is taken over after [`STALE`]. No worker slot is
 //!   ever involved.

@@ -25,6 +25,12 @@ pub enum ApiError {
     TooLarge { code: &'static str, message: String },
     #[error("no such job or batch (or not yours)")]
     NotFound,
+    /// A request no route answers: its method and path.
+    #[error("no route {0}: the README's API reference lists every route")]
+    NoRoute(String),
+    /// A route that exists, asked with another method.
+    #[error("{0} is not allowed here: the README's API reference lists each route's methods")]
+    MethodNotAllowed(String),
     #[error("the queue is full; retry after the Retry-After delay")]
     QueueFull,
     #[error("{message}")]
@@ -61,6 +67,8 @@ impl ApiError {
             ApiError::UnsupportedMediaType => (StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type"),
             ApiError::TooLarge { code, .. } => (StatusCode::PAYLOAD_TOO_LARGE, code),
             ApiError::NotFound => (StatusCode::NOT_FOUND, "not_found"),
+            ApiError::NoRoute(_) => (StatusCode::NOT_FOUND, "no_route"),
+            ApiError::MethodNotAllowed(_) => (StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed"),
             ApiError::QueueFull => (StatusCode::SERVICE_UNAVAILABLE, "queue_full"),
             ApiError::QuotaExceeded { .. } => (StatusCode::TOO_MANY_REQUESTS, "quota_exceeded"),
             ApiError::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),

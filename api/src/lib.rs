@@ -32,7 +32,7 @@ use std::future::Future;
 use std::sync::Arc;
 
 use axum::extract::{DefaultBodyLimit, State};
-use axum::http::StatusCode;
+use axum::http::{Method, StatusCode, Uri};
 use axum::response::IntoResponse;
 use axum::routing::get;
 use axum::{Json, Router, middleware};
@@ -97,7 +97,8 @@ pub fn app(state: AppState) -> Router {
         .merge(v1)
         .route("/healthz", get(|| async { Json(json!({ "status": "ok" })) }))
         .route("/readyz", get(readyz))
-        .fallback(|| async { ApiError::NotFound })
+        .fallback(|method: Method, uri: Uri| async move { ApiError::NoRoute(format!("{method} {}", uri.path())) })
+        .method_not_allowed_fallback(|method: Method| async move { ApiError::MethodNotAllowed(method.to_string()) })
         .layer(
             tower_http::trace::TraceLayer::new_for_http().make_span_with(|request: &axum::http::Request<_>| {
                 tracing::info_span!("request", method = %request.method(), path = %request.uri().path(), caller = tracing::field::Empty)

@@ -119,6 +119,25 @@ async fn every_bad_input_gets_a_json_4xx() {
 }
 
 #[tokio::test]
+async fn an_unknown_route_or_method_is_named_in_its_error() {
+    let redis = Redis::start().await;
+    let api = Api::start(&redis, &[]).await;
+    let cases = [
+        (reqwest::Method::GET, "/v1/nope", 404, "no_route", "GET /v1/nope"),
+        (reqwest::Method::POST, "/v2/jobs", 404, "no_route", "POST /v2/jobs"),
+        (reqwest::Method::PUT, "/v1/jobs", 405, "method_not_allowed", "PUT"),
+        (reqwest::Method::POST, "/v1/batches/some-id", 405, "method_not_allowed", "POST"),
+    ];
+    for (method, path, status, code, named) in cases {
+        let response = api.http.request(method.clone(), api.url(path)).bearer_auth(ALICE).send().await.expect("send");
+        assert_eq!(response.status().as_u16(), status, "{method} {path}");
+        let body: Value = response.json().await.expect("a JSON error body");
+        assert_eq!(body["error"]["code"], code, "{method} {path}: {body}");
+        assert!(body["error"]["message"].as_str().is_some_and(|m| m.contains(named)), "{method} {path}: {body}");
+    }
+}
+
+#[tokio::test]
 async fn api_refuses_to_start_without_tokens_or_key() {
     let redis = Redis::start().await;
     for (unset, named) in [("RUNBOX_API_TOKENS", "RUNBOX_API_TOKENS"), ("RUNBOX_SIGNING_KEY", "RUNBOX_SIGNING_KEY")] {
