@@ -1,0 +1,38 @@
+"""Python client for runbox: run JavaScript, TypeScript and Python in a
+deny-all sandbox over HTTP.
+
+    from runbox import Client
+    with Client("http://127.0.0.1:8080", "TOKEN") as runbox:
+        job = runbox.run("print(6 * 7)")
+        print(job.status, job.exit_code, job.stdout)
+"""
+
+from .client import AsyncBatchHandle, AsyncClient, BatchHandle, Client, job_spec
+from .errors import (
+    InvalidRequest,
+    NotFound,
+    QuotaExceeded,
+    RunboxError,
+    TransportError,
+    Unauthorized,
+    Unavailable,
+)
+from .types import Batch, Job, OutputFile
+
+__all__ = [
+    "AsyncBatchHandle",
+    "AsyncClient",
+    "Batch",
+    "BatchHandle",
+    "Client",
+    "InvalidRequest",
+    "Job",
+    "NotFound",
+    "OutputFile",
+    "QuotaExceeded",
+    "RunboxError",
+    "TransportError",
+    "Unauthorized",
+    "Unavailable",
+    "job_spec",
+]

@@ -1,0 +1,316 @@
+// Client for runbox's HTTP API (see the project README), for Node 18+ and
+// Deno: it uses only the global `fetch`.
+//
+// The rules, as in the Python client:
+// - a program that fails is data: `run` resolves to a `Job` whatever its
+//   exit code;
+// - 429 and 503 are retried after `Retry-After` (at most `maxRetries`
+//   times), then thrown as `QuotaExceeded` or `Unavailable`;
+// - every other 4xx is thrown at once as a `RunboxError` subclass carrying
+//   the server's error code; `TransportError` means runbox was not reached.
+
+/** The longest long-poll runbox holds a request for, in seconds. */
+export const MAX_WAIT_S = 60;
+const MAX_RETRY_DELAY_MS = 30_000;
+const FINAL = new Set(["completed", "timeout", "memory_exceeded", "rejected", "cancelled", "worker_lost", "internal_error"]);
+
+export type Language = "python" | "javascript" | "typescript" | "py" | "js" | "ts";
+
+export interface InputFile {
+  path: string;
+  content: string;
+  encoding?: "utf8" | "base64";
+}
+
+/** Fields of a job besides its code and language. */
+export interface JobOptions {
+  stdin?: string;
+  args?: string[];
+  files?: InputFile[];
+  timeout_ms?: number;
+  expected_stdout?: string;
+  compare?: "exact" | "trim";
+  return_files?: boolean | string[];
+  callback_url?: string;
+}
+
+export interface JobSpec extends JobOptions {
+  language: Language;
+  code: string;
+}
+
+export interface OutputFile {
+  path: string;
+  content: string;
+  size: number;
+  truncated: boolean;
+}
+
+/** A job as runbox returns it. */
+export interface Job {
+  id: string;
+  status: string;
+  language?: string | null;
+  stdout?: string | null;
+  stderr?: string | null;
+  exit_code?: number | null;
+  signal?: number | null;
+  verdict?: string | null;
+  duration_ms?: number | null;
+  stdout_truncated?: boolean;
+  stderr_truncated?: boolean;
+  files?: OutputFile[];
+  files_truncated?: boolean;
+  created_at?: string | null;
+  started_at?: string | null;
+  finished_at?: string | null;
+  timings?: Record<string, number | null>;
+}
+
+/** A batch: counts by status and verdict, and one page of its jobs. */
+export interface Batch {
+  id: string;
+  status: "running" | "finished";
+  size: number;
+  done: number;
+  counts: Record<string, number>;
+  verdicts: Record<string, number>;
+  offset: number;
+  limit: number;
+  next_offset: number | null;
+  jobs: Job[];
+}
+
+/** True once the job will not change again. */
+export function isDone(job: Job): boolean {
+  return FINAL.has(job.status);
+}
+
+/** The JSON spec of one program, for `batch`. */
+export function jobSpec(code: string, language: Language = "python", options: JobOptions = {}): JobSpec {
+  return { language, code, ...options };
+}
+
+/** runbox answered with an error: `status` is HTTP, `code` the error code. */
+export class RunboxError extends Error {
+  constructor(readonly status: number, readonly code: string, message: string, readonly body: unknown = undefined) {
+    super(`${status} ${code}: ${message}`);
+    this.name = new.target.name;
+  }
+}
+/** 400, 413 or 415: the request itself is wrong. */
+export class InvalidRequest extends RunboxError {}
+/** 401: no token, or a wrong one. */
+export class Unauthorized extends RunboxError {}
+/** 404: no such job or batch (or another token's). */
+export class NotFound extends RunboxError {}
+/** 429 after every retry. */
+export class QuotaExceeded extends RunboxError {}
+/** 503 after every retry: `queue_full` or `unavailable`. */
+export class Unavailable extends RunboxError {}
+/** runbox could not be reached. */
+export class TransportError extends Error {
+  constructor(message: string, readonly cause?: unknown) {
+    super(message);
+    this.name = "TransportError";
+  }
+}
+
+function errorFor(status: number, body: unknown): RunboxError {
+  const error = (body as { error?: { code?: string; message?: string } } | null)?.error;
+  const code = error?.code ?? "unknown";
+  const message = error?.message ?? "";
+  const Kind = status === 401
+    ? Unauthorized
+    : status === 404
+    ? NotFound
+    : status === 429
+    ? QuotaExceeded
+    : status === 503
+    ? Unavailable
+    : status >= 400 && status < 500
+    ? InvalidRequest
+    : RunboxError;
+  return new Kind(status, code, message, body);
+}
+
+export interface ClientOptions {
+  /** Default: `RUNBOX_URL`, else http://127.0.0.1:8080. */
+  url?: string;
+  /** Default: `RUNBOX_TOKEN`. */
+  token?: string;
+  maxRetries?: number;
+  /** Another `fetch`, e.g. for tests or proxies. */
+  fetch?: typeof fetch;
+}
+
+function env(name: string): string | undefined {
+  // deno-lint-ignore no-explicit-any
+  const g = globalThis as any;
+  try {
+    return g.Deno?.env?.get(name) ?? g.process?.env?.[name];
+  } catch {
+    return undefined; // Deno without --allow-env
+  }
+}
+
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+export class Client {
+  readonly url: string;
+  readonly maxRetries: number;
+  readonly #token: string;
+  readonly #fetch: typeof fetch;
+
+  constructor(options: ClientOptions = {}) {
+    this.url = (options.url ?? env("RUNBOX_URL") ?? "http://127.0.0.1:8080").replace(/\/+$/, "");
+    const token = options.token ?? env("RUNBOX_TOKEN");
+    if (!token) throw new Error("a token is needed: pass { token } or set RUNBOX_TOKEN");
+    this.#token = token;
+    this.maxRetries = options.maxRetries ?? 5;
+    this.#fetch = options.fetch ?? globalThis.fetch.bind(globalThis);
+  }
+
+  async #send(method: string, path: string, init: { body?: unknown; headers?: Record<string, string> } = {}) {
+    const headers: Record<string, string> = { authorization: `Bearer ${this.#token}`, ...init.headers };
+    if (init.body !== undefined) headers["content-type"] = "application/json";
+    for (let attempt = 0;; attempt++) {
+      let response: Response;
+      try {
+        response = await this.#fetch(this.url + path, {
+          method,
+          headers,
+          body: init.body === undefined ? undefined : JSON.stringify(init.body),
+        });
+      } catch (e) {
+        throw new TransportError(`${method} ${path}: ${e}`, e);
+      }
+      if ((response.status === 429 || response.status === 503) && attempt < this.maxRetries) {
+        await response.body?.cancel();
+        const asked = Number(response.headers.get("retry-after"));
+        const delay = Number.isFinite(asked) && response.headers.has("retry-after")
+          ? asked * 1000
+          : 250 * 2 ** attempt;
+        await sleep(Math.min(Math.max(delay, 0), MAX_RETRY_DELAY_MS));
+        continue;
+      }
+      return response;
+    }
+  }
+
+  async #request<T>(method: string, path: string, init: { body?: unknown; headers?: Record<string, string> } = {}) {
+    const response = await this.#send(method, path, init);
+    const text = await response.text();
+    let body: unknown;
+    try {
+      body = JSON.parse(text);
+    } catch {
+      body = { error: { code: "invalid_response", message: text.slice(0, 200) } };
+    }
+    if (response.status >= 400) throw errorFor(response.status, body);
+    return body as T;
+  }
+
+  /** Queues a job; resolves to its id. */
+  async submit(code: string, language: Language = "python", options: JobOptions & { idempotencyKey?: string } = {}) {
+    const { idempotencyKey, ...fields } = options;
+    const headers: Record<string, string> = idempotencyKey ? { "idempotency-key": idempotencyKey } : {};
+    const body = await this.#request<{ id: string }>("POST", "/v1/jobs", { body: jobSpec(code, language, fields), headers });
+    return body.id;
+  }
+
+  /** The job now, or after up to `wait` seconds if it is not done. */
+  get(id: string, wait?: number): Promise<Job> {
+    const query = wait ? `?wait=${Math.min(Math.floor(wait), MAX_WAIT_S)}` : "";
+    return this.#request<Job>("GET", `/v1/jobs/${encodeURIComponent(id)}${query}`);
+  }
+
+  /** Long-polls until the job is done (or `timeoutS` passes). */
+  async wait(id: string, timeoutS?: number): Promise<Job> {
+    const deadline = timeoutS === undefined ? undefined : Date.now() + timeoutS * 1000;
+    for (;;) {
+      const left = deadline === undefined ? MAX_WAIT_S : Math.max(0, Math.min(MAX_WAIT_S, (deadline - Date.now()) / 1000));
+      const job = await this.get(id, left);
+      if (isDone(job) || (deadline !== undefined && Date.now() >= deadline)) return job;
+    }
+  }
+
+  /** Runs a program; resolves to the finished job, whatever its exit code. */
+  async run(code: string, language: Language = "python", options: JobOptions = {}): Promise<Job> {
+    return await this.wait(await this.submit(code, language, options));
+  }
+
+  cancel(id: string): Promise<Job> {
+    return this.#request<Job>("DELETE", `/v1/jobs/${encodeURIComponent(id)}`);
+  }
+
+  /** Queues many jobs as one batch. */
+  async batch(
+    jobs: JobSpec[],
+    options: { shared_runtime?: boolean; stop_on_first_failure?: boolean; callback_url?: string; idempotencyKey?: string } = {},
+  ): Promise<BatchHandle> {
+    const { idempotencyKey, ...fields } = options;
+    const headers: Record<string, string> = idempotencyKey ? { "idempotency-key": idempotencyKey } : {};
+    const body = await this.#request<{ id: string; job_ids: string[] }>("POST", "/v1/batches", {
+      body: { jobs, ...fields },
+      headers,
+    });
+    return new BatchHandle(this, body.id, body.job_ids);
+  }
+
+  getBatch(id: string, options: { wait?: number; offset?: number; limit?: number } = {}): Promise<Batch> {
+    const query = new URLSearchParams({ offset: String(options.offset ?? 0), limit: String(options.limit ?? 100) });
+    if (options.wait) query.set("wait", String(Math.min(Math.floor(options.wait), MAX_WAIT_S)));
+    return this.#request<Batch>("GET", `/v1/batches/${encodeURIComponent(id)}?${query}`);
+  }
+
+  cancelBatch(id: string): Promise<Batch> {
+    return this.#request<Batch>("DELETE", `/v1/batches/${encodeURIComponent(id)}`);
+  }
+
+  /** Each job of the batch as it finishes (NDJSON), until all have. */
+  async *streamResults(id: string): AsyncGenerator<Job> {
+    const response = await this.#send("GET", `/v1/batches/${encodeURIComponent(id)}/results`);
+    if (response.status >= 400) {
+      const text = await response.text();
+      let body: unknown = text;
+      try {
+        body = JSON.parse(text);
+      } catch { /* not JSON: kept as text */ }
+      throw errorFor(response.status, body);
+    }
+    const decoder = new TextDecoder();
+    let pending = "";
+    for await (const chunk of response.body as unknown as AsyncIterable<Uint8Array>) {
+      pending += decoder.decode(chunk, { stream: true });
+      let newline;
+      while ((newline = pending.indexOf("\n")) >= 0) {
+        const line = pending.slice(0, newline).trim();
+        pending = pending.slice(newline + 1);
+        if (line) yield JSON.parse(line) as Job;
+      }
+    }
+    if (pending.trim()) yield JSON.parse(pending) as Job;
+  }
+}
+
+/** A submitted batch: its id, its jobs' ids, and ways to read it. */
+export class BatchHandle {
+  constructor(readonly client: Client, readonly id: string, readonly jobIds: string[]) {}
+
+  results(): AsyncGenerator<Job> {
+    return this.client.streamResults(this.id);
+  }
+
+  /** Waits until every job is done; resolves to the batch with its first page. */
+  async wait(): Promise<Batch> {
+    for (;;) {
+      const batch = await this.client.getBatch(this.id, { wait: MAX_WAIT_S });
+      if (batch.status === "finished") return batch;
+    }
+  }
+
+  cancel(): Promise<Batch> {
+    return this.client.cancelBatch(this.id);
+  }
+}
