@@ -115,7 +115,7 @@ async fn every_bad_input_gets_a_json_4xx() {
     let wait = http.get(api.url("/v1/jobs/00000000-0000-4000-8000-000000000000?wait=99")).bearer_auth(ALICE);
     assert_eq!(error_of(wait.send().await.expect("send")).await, (400, "invalid_wait".into()));
     let unknown_route = http.get(api.url("/v2/nothing")).send().await.expect("send");
-    assert_eq!(error_of(unknown_route).await, (404, "not_found".into()));
+    assert_eq!(error_of(unknown_route).await, (404, "no_route".into()));
 }
 
 #[tokio::test]

@@ -256,6 +256,19 @@ async fn rolling_sigterm_restart_loses_nothing() {
     assert!(times[times.len() - 1] > last_stop, "the load was done before the last restart: the test proved nothing");
 }
 
+/// An api and two workers on `redis`, a second into running the load:
+/// the moment the Redis faults strike.
+async fn under_load(redis: &Redis) -> (Api, Vec<Process>, Vec<String>) {
+    let api = Api::start(redis, API_ENV).await;
+    let mut workers = Vec::new();
+    for _ in 0..2 {
+        workers.push(start_worker(redis, WORKER_ENV).await);
+    }
+    let ids = submit_load(&api, jobs_per_test()).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    (api, workers, ids)
+}
+
 #[tokio::test]
 async fn redis_restart_with_aof_loses_nothing() {
     let dir = tempfile::tempdir().expect("redis dir");
@@ -265,14 +278,8 @@ async fn redis_restart_with_aof_loses_nothing() {
     let aof = ["--appendonly", "yes", "--appendfsync", "always", "--dir", dir_arg.as_str()];
     let port = free_port();
     let mut redis = Redis::start_with(port, &aof).await;
-    let api = Api::start(&redis, API_ENV).await;
-    let mut workers = Vec::new();
-    for _ in 0..2 {
-        workers.push(start_worker(&redis, WORKER_ENV).await);
-    }
-    let n = jobs_per_test();
-    let ids = submit_load(&api, n).await;
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    let (api, workers, ids) = under_load(&redis).await;
+    let n = ids.len();
     redis.kill().await;
     tokio::time::sleep(Duration::from_secs(1)).await;
     let restarted_at = now_ms();
@@ -289,14 +296,8 @@ async fn redis_restart_with_aof_loses_nothing() {
 #[tokio::test]
 async fn redis_unreachable_for_10_seconds_loses_nothing() {
     let redis = Redis::start().await;
-    let api = Api::start(&redis, API_ENV).await;
-    let mut workers = Vec::new();
-    for _ in 0..2 {
-        workers.push(start_worker(&redis, WORKER_ENV).await);
-    }
-    let n = jobs_per_test();
-    let ids = submit_load(&api, n).await;
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    let (api, workers, ids) = under_load(&redis).await;
+    let n = ids.len();
     // Stopped, not killed: connections stay open and nothing answers them.
     redis.signal(Signal::SIGSTOP);
     tokio::time::sleep(Duration::from_secs(10)).await;
