@@ -10,6 +10,7 @@ mod backpressure;
 mod batches;
 mod callbacks;
 mod cancel;
+mod cli;
 mod cluster;
 mod fairness;
 mod faults;

@@ -9,7 +9,7 @@ pub const ALICE: &str = "alice-token-0123456789abcdef";
 pub const BOB: &str = "bob-token-0123456789abcdef012";
 pub const SIGNING_KEY: &str = "e2e-signing-key-0123456789abcdef0123456789";
 
-fn bin(name: &str) -> PathBuf {
+pub fn bin(name: &str) -> PathBuf {
     let dir = std::env::var_os("RUNBOX_BIN_DIR")
         .map_or_else(|| PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../target/debug")), PathBuf::from);
     let path = dir.join(name);

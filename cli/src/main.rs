@@ -1,0 +1,257 @@
+//! `runbox`, the command line for a runbox service.
+//!
+//! `runbox run FILE` prints the program's stdout and stderr as they were and
+//! exits with the program's exit code, or with one of the codes below when
+//! it did not run to its end. `runbox batch FILE.jsonl` judges many jobs as
+//! batches and prints each result as a JSON line.
+
+mod client;
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::{Context, anyhow, bail};
+use clap::{Args, Parser, Subcommand};
+use reqwest::Method;
+use serde_json::{Value, json};
+
+use crate::client::{Client, MAX_WAIT_S};
+
+/// `runbox run`'s exit code when the time limit killed the program (as
+/// GNU `timeout` does).
+const EXIT_TIMEOUT: u8 = 124;
+/// ... when the program hit the memory cap.
+const EXIT_MEMORY: u8 = 125;
+/// ... when it did not run to an end for another reason: cancelled,
+/// rejected, its workers lost, or runbox failed.
+const EXIT_NOT_RUN: u8 = 126;
+/// Every command's exit code when runbox refused the request or could not
+/// be reached (`EX_UNAVAILABLE`).
+const EXIT_RUNBOX_ERROR: u8 = 69;
+
+#[derive(Parser)]
+#[command(name = "runbox", version, about = "Run code in a runbox service's sandbox")]
+struct Cli {
+    /// The service's URL.
+    #[arg(long, env = "RUNBOX_URL", default_value = "http://127.0.0.1:8080", global = true)]
+    url: String,
+    /// An API token.
+    #[arg(long, env = "RUNBOX_TOKEN", hide_env_values = true, global = true)]
+    token: Option<String>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Runs FILE and waits: its stdout and stderr as they were, its exit
+    /// code (124 timeout, 125 memory, 126 did not run, 69 runbox error).
+    Run(Program),
+    /// Queues FILE and prints the job's id.
+    Submit(Program),
+    /// Prints a job as JSON.
+    Get {
+        id: String,
+        /// Wait until it is finished.
+        #[arg(long)]
+        wait: bool,
+    },
+    /// Cancels a job and prints it as JSON.
+    Cancel { id: String },
+    /// Runs every job of a JSONL file (one job spec per line) as batches,
+    /// printing each finished job as a JSON line with its line's `index`,
+    /// then a summary by status and verdict on stderr.
+    Batch {
+        file: PathBuf,
+        /// Run the batches' jobs in the shared-runtime lane.
+        #[arg(long)]
+        shared_runtime: bool,
+    },
+}
+
+#[derive(Args)]
+struct Program {
+    /// The program; `-` reads it from stdin.
+    file: PathBuf,
+    /// python, javascript or typescript; by default from FILE's extension.
+    #[arg(long, short)]
+    language: Option<String>,
+    /// A file whose contents are the program's stdin.
+    #[arg(long, value_name = "FILE")]
+    stdin: Option<PathBuf>,
+    /// Wall-clock limit in milliseconds.
+    #[arg(long, value_name = "MS")]
+    timeout: Option<u64>,
+    /// Arguments for the program, after `--`.
+    #[arg(last = true)]
+    args: Vec<String>,
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(cli).await {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("runbox: {e:#}");
+            ExitCode::from(EXIT_RUNBOX_ERROR)
+        }
+    }
+}
+
+async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    let token = cli.token.ok_or_else(|| anyhow!("a token is needed: --token or RUNBOX_TOKEN"))?;
+    let client = Client::new(&cli.url, &token)?;
+    match cli.command {
+        Command::Run(program) => {
+            let spec = program.spec()?;
+            let answer = client.json(Method::POST, &format!("/v1/jobs?wait={MAX_WAIT_S}"), Some(&spec)).await?;
+            let job = match answer["id"].as_str() {
+                Some(id) if matches!(answer["status"].as_str(), Some("queued" | "running")) => client.wait(id).await?,
+                _ => answer,
+            };
+            print_output(&job)?;
+            Ok(ExitCode::from(exit_code(&job)))
+        }
+        Command::Submit(program) => {
+            let answer = client.json(Method::POST, "/v1/jobs", Some(&program.spec()?)).await?;
+            println!("{}", answer["id"].as_str().unwrap_or_default());
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Get { id, wait } => {
+            let job = if wait {
+                client.wait(&id).await?
+            } else {
+                client.json(Method::GET, &format!("/v1/jobs/{id}"), None).await?
+            };
+            println!("{}", serde_json::to_string_pretty(&job)?);
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Cancel { id } => {
+            let job = client.json(Method::DELETE, &format!("/v1/jobs/{id}"), None).await?;
+            println!("{}", serde_json::to_string_pretty(&job)?);
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Batch { file, shared_runtime } => batch(&client, &file, shared_runtime).await,
+    }
+}
+
+impl Program {
+    fn spec(&self) -> anyhow::Result<Value> {
+        let code = if self.file == Path::new("-") {
+            std::io::read_to_string(std::io::stdin()).context("reading the program from stdin")?
+        } else {
+            std::fs::read_to_string(&self.file).with_context(|| format!("reading {}", self.file.display()))?
+        };
+        let language = match &self.language {
+            Some(language) => language.clone(),
+            None => language_of(&self.file)?.to_owned(),
+        };
+        let mut spec = json!({ "language": language, "code": code });
+        if let Some(path) = &self.stdin {
+            spec["stdin"] =
+                std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?.into();
+        }
+        if let Some(ms) = self.timeout {
+            spec["timeout_ms"] = ms.into();
+        }
+        if !self.args.is_empty() {
+            spec["args"] = self.args.clone().into();
+        }
+        Ok(spec)
+    }
+}
+
+fn language_of(file: &Path) -> anyhow::Result<&'static str> {
+    match file.extension().and_then(|e| e.to_str()) {
+        Some("py") => Ok("python"),
+        Some("js" | "mjs" | "cjs") => Ok("javascript"),
+        Some("ts" | "mts") => Ok("typescript"),
+        _ => bail!("cannot tell the language of {}: pass --language", file.display()),
+    }
+}
+
+fn print_output(job: &Value) -> anyhow::Result<()> {
+    std::io::stdout().write_all(job["stdout"].as_str().unwrap_or_default().as_bytes())?;
+    std::io::stdout().flush()?;
+    std::io::stderr().write_all(job["stderr"].as_str().unwrap_or_default().as_bytes())?;
+    Ok(())
+}
+
+/// The program's own exit code, or what says why there is none.
+fn exit_code(job: &Value) -> u8 {
+    match job["status"].as_str() {
+        Some("completed") => job["exit_code"].as_u64().map_or(EXIT_NOT_RUN, |code| (code & 0xff) as u8),
+        Some("timeout") => EXIT_TIMEOUT,
+        Some("memory_exceeded") => EXIT_MEMORY,
+        _ => EXIT_NOT_RUN,
+    }
+}
+
+async fn batch(client: &Client, file: &Path, shared_runtime: bool) -> anyhow::Result<ExitCode> {
+    let text = std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
+    let mut jobs = Vec::new();
+    for (number, line) in text.lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let spec: Value = serde_json::from_str(line).with_context(|| format!("{}:{}", file.display(), number + 1))?;
+        if !spec.is_object() {
+            bail!("{}:{}: a job spec is a JSON object", file.display(), number + 1);
+        }
+        jobs.push(spec);
+    }
+    let runtimes = client.json(Method::GET, "/v1/runtimes", None).await?;
+    let per_batch = runtimes["limits"]["max_batch"].as_u64().map_or(1000, |n| n.max(1) as usize);
+
+    let progress = indicatif::ProgressBar::new(jobs.len() as u64);
+    progress.set_style(
+        indicatif::ProgressStyle::with_template("{bar:40} {pos}/{len} jobs, {elapsed} ({eta} left)")
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+    );
+    let mut statuses: BTreeMap<String, u64> = BTreeMap::new();
+    let mut verdicts: BTreeMap<String, u64> = BTreeMap::new();
+    let mut stdout = std::io::stdout().lock();
+    for (chunk_number, chunk) in jobs.chunks(per_batch).enumerate() {
+        let body = json!({ "jobs": chunk, "shared_runtime": shared_runtime });
+        let submitted = client.json(Method::POST, "/v1/batches", Some(&body)).await?;
+        let batch_id = submitted["id"].as_str().ok_or_else(|| anyhow!("no batch id in {submitted}"))?;
+        let index_of: BTreeMap<String, usize> = submitted["job_ids"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .enumerate()
+            .filter_map(|(i, id)| Some((id.as_str()?.to_owned(), chunk_number * per_batch + i)))
+            .collect();
+        let mut results = client.send(Method::GET, &format!("/v1/batches/{batch_id}/results"), None).await?;
+        let mut pending = Vec::new();
+        while let Some(bytes) = results.chunk().await? {
+            pending.extend_from_slice(&bytes);
+            while let Some(end) = pending.iter().position(|b| *b == b'\n') {
+                let line: Vec<u8> = pending.drain(..=end).collect();
+                let Ok(mut job) = serde_json::from_slice::<Value>(&line) else { continue };
+                if let Some(index) = job["id"].as_str().and_then(|id| index_of.get(id)) {
+                    job["index"] = (*index).into();
+                }
+                *statuses.entry(job["status"].as_str().unwrap_or("expired").to_owned()).or_default() += 1;
+                if let Some(verdict) = job["verdict"].as_str() {
+                    *verdicts.entry(verdict.to_owned()).or_default() += 1;
+                }
+                writeln!(stdout, "{job}")?;
+                progress.inc(1);
+            }
+        }
+    }
+    stdout.flush()?;
+    progress.finish_and_clear();
+    let list = |counts: &BTreeMap<String, u64>| {
+        counts.iter().map(|(name, n)| format!("{name} {n}")).collect::<Vec<_>>().join(", ")
+    };
+    eprintln!("{} jobs: {}", jobs.len(), list(&statuses));
+    if !verdicts.is_empty() {
+        eprintln!("verdicts: {}", list(&verdicts));
+    }
+    Ok(ExitCode::SUCCESS)
+}
