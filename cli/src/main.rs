@@ -19,13 +19,13 @@ use serde_json::{Value, json};
 
 use crate::client::{Client, MAX_WAIT_S};
 
-/// `runbox run`'s exit code when the time limit killed the program (as
-/// GNU `timeout` does).
+// `runbox run`'s exit codes when the program did not end by itself.
+/// The time limit killed it (the code GNU `timeout` uses).
 const EXIT_TIMEOUT: u8 = 124;
-/// ... when the program hit the memory cap.
+/// It hit the memory cap.
 const EXIT_MEMORY: u8 = 125;
-/// ... when it did not run to an end for another reason: cancelled,
-/// rejected, its workers lost, or runbox failed.
+/// It did not run to an end for another reason: cancelled, rejected, its
+/// workers lost, or runbox failed.
 const EXIT_NOT_RUN: u8 = 126;
 /// Every command's exit code when runbox refused the request or could not
 /// be reached (`EX_UNAVAILABLE`).

@@ -135,7 +135,8 @@ class Client:
         job as it is)."""
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         while True:
-            left = MAX_WAIT_S if deadline is None else max(0, min(MAX_WAIT_S, int(deadline - time.monotonic())))
+            # At least a second per poll, so the last one is a wait, not a spin.
+            left = MAX_WAIT_S if deadline is None else max(1, min(MAX_WAIT_S, int(deadline - time.monotonic())))
             job = self.get(job_id, wait=left)
             if job.done or (deadline is not None and time.monotonic() >= deadline):
                 return job
@@ -251,7 +252,8 @@ class AsyncClient:
     async def wait(self, job_id: str, *, timeout_s: Optional[float] = None) -> Job:
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         while True:
-            left = MAX_WAIT_S if deadline is None else max(0, min(MAX_WAIT_S, int(deadline - time.monotonic())))
+            # At least a second per poll, so the last one is a wait, not a spin.
+            left = MAX_WAIT_S if deadline is None else max(1, min(MAX_WAIT_S, int(deadline - time.monotonic())))
             job = await self.get(job_id, wait=left)
             if job.done or (deadline is not None and time.monotonic() >= deadline):
                 return job

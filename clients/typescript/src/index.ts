@@ -229,7 +229,8 @@ export class Client {
   async wait(id: string, timeoutS?: number): Promise<Job> {
     const deadline = timeoutS === undefined ? undefined : Date.now() + timeoutS * 1000;
     for (;;) {
-      const left = deadline === undefined ? MAX_WAIT_S : Math.max(0, Math.min(MAX_WAIT_S, (deadline - Date.now()) / 1000));
+      // At least a second per poll, so the last one is a wait, not a spin.
+      const left = deadline === undefined ? MAX_WAIT_S : Math.max(1, Math.min(MAX_WAIT_S, (deadline - Date.now()) / 1000));
       const job = await this.get(id, left);
       if (isDone(job) || (deadline !== undefined && Date.now() >= deadline)) return job;
     }
