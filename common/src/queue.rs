@@ -698,9 +698,8 @@ impl Queue {
         for item in items {
             let Value::Array(mut parts) = item else { return Err(QueueError::Protocol("claim".into())) };
             let entry = parts.pop();
-            let stream = parts.first().and_then(as_string);
-            if let (Some(stream), Some(entry)) = (stream, entry.and_then(|e| parse_entry(e, 1))) {
-                claimed.push(Claimed { stream, ..entry });
+            if let (Some(stream), Some(entry)) = (parts.first().and_then(as_string), entry) {
+                claimed.extend(parse_entry(entry, &stream, 1));
             }
         }
         Ok(claimed)
@@ -756,9 +755,9 @@ impl Queue {
             // Reply: [next-cursor, [[entry, [field, value, ...]], ...], [deleted ids]]
             let Value::Array(parts) = reply else { return Err(QueueError::Protocol("XAUTOCLAIM".into())) };
             let Some(Value::Array(entries)) = parts.into_iter().nth(1) else { continue };
-            for entry in entries.into_iter().filter_map(|e| parse_entry(e, 0)) {
+            for entry in entries.into_iter().filter_map(|e| parse_entry(e, &stream, 0)) {
                 let deliveries = self.deliveries(&stream, &entry.entry).await?;
-                claimed.push(Claimed { stream: stream.clone(), deliveries, ..entry });
+                claimed.push(Claimed { deliveries, ..entry });
             }
         }
         Ok(claimed)
@@ -1011,7 +1010,7 @@ impl Queue {
             .query_async(&mut self.conn.clone())
             .await?;
         let Value::Array(entries) = first else { return Ok(None) };
-        let Some(entry) = entries.into_iter().next().and_then(|e| parse_entry(e, 0)) else { return Ok(None) };
+        let Some(entry) = entries.into_iter().next().and_then(|e| parse_entry(e, stream, 0)) else { return Ok(None) };
         let created_ms: u64 = entry.entry.split('-').next().and_then(|ms| ms.parse().ok()).unwrap_or(now_ms);
         Ok(Some(Duration::from_millis(now_ms.saturating_sub(created_ms))))
     }
@@ -1035,13 +1034,19 @@ impl Queue {
     /// that still holds entries is left until they are taken over.
     pub async fn forget_dead_workers(&self, dead_before_ms: u64) -> Result<Vec<String>, QueueError> {
         let all: std::collections::HashMap<String, String> = self.conn.clone().hgetall(keys::WORKERS).await?;
+        let silent: Vec<String> = all
+            .into_iter()
+            .filter(|(_, info)| {
+                serde_json::from_str::<WorkerInfo>(info).map_or(0, |info| info.seen_at_ms) < dead_before_ms
+            })
+            .map(|(name, _)| name)
+            .collect();
+        if silent.is_empty() {
+            return Ok(Vec::new());
+        }
+        let streams = self.owner_streams().await?;
         let mut forgotten = Vec::new();
-        for (name, info) in all {
-            let seen = serde_json::from_str::<WorkerInfo>(&info).map_or(0, |info| info.seen_at_ms);
-            if seen >= dead_before_ms {
-                continue;
-            }
-            let streams = self.owner_streams().await?;
+        for name in silent {
             let mut holds_entries = false;
             for stream in &streams {
                 let pending: RedisResult<Value> = redis::cmd("XPENDING")
@@ -1148,14 +1153,14 @@ fn parse_callback(value: Value) -> Option<CallbackDue> {
     Some(CallbackDue { entry, kind: field(&fields, "kind")?, id: field(&fields, "id")? })
 }
 
-/// Parses `[entry-id, [field, value, ...]]`; None only for a malformed
-/// reply. A deleted entry (no fields) or a foreign one (other fields) comes
+/// Parses `[entry-id, [field, value, ...]]`, an entry of `stream`; None
+/// only for a malformed reply. A deleted entry (no fields) or a foreign one (other fields) comes
 /// back with empty strings: its signature cannot verify, so the worker ends
 /// it as `rejected` instead of leaving it pending forever.
-fn parse_entry(value: Value, deliveries: u64) -> Option<Claimed> {
+fn parse_entry(value: Value, stream: &str, deliveries: u64) -> Option<Claimed> {
     let (entry, fields) = entry_fields(value)?;
     Some(Claimed {
-        stream: String::new(),
+        stream: stream.to_owned(),
         entry,
         id: field(&fields, "id").unwrap_or_default(),
         payload: field(&fields, "payload").unwrap_or_default(),

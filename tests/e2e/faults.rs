@@ -335,13 +335,7 @@ async fn a_burst_of_ten_times_the_cap_never_overshoots_it() {
             let mut conn = client.get_multiplexed_async_connection().await.expect("connect");
             let mut deepest = 0u64;
             while watching.load(std::sync::atomic::Ordering::Relaxed) {
-                let streams: Vec<String> =
-                    redis::cmd("SMEMBERS").arg(keys().streams()).query_async(&mut conn).await.unwrap_or_default();
-                let mut depth = 0;
-                for stream in streams {
-                    depth += redis::cmd("XLEN").arg(stream).query_async::<u64>(&mut conn).await.unwrap_or(0);
-                }
-                deepest = deepest.max(depth);
+                deepest = deepest.max(queue_depth(&mut conn).await);
             }
             deepest
         }

@@ -101,14 +101,9 @@ impl Redis {
         cmd.query_async(&mut conn).await.expect("redis command")
     }
 
-    /// Queued plus running jobs: the entries of every owner's job stream.
+    /// Queued plus running jobs.
     pub async fn depth(&self) -> u64 {
-        let streams: Vec<String> = self.cmd(redis::cmd("SMEMBERS").arg(keys().streams())).await;
-        let mut depth = 0;
-        for stream in streams {
-            depth += self.cmd::<u64>(redis::cmd("XLEN").arg(stream)).await;
-        }
-        depth
+        queue_depth(&mut self.conn().await.expect("redis reachable")).await
     }
 
     /// Sends `signal` to the server (SIGSTOP makes it unreachable without
@@ -129,6 +124,17 @@ impl Redis {
 /// The Redis keys of the queue every test uses.
 pub fn keys() -> runbox_common::keys::QueueKeys {
     runbox_common::keys::QueueKeys::new("default")
+}
+
+/// Queued plus running jobs on `conn`: the entries of every owner's job
+/// stream.
+pub async fn queue_depth(conn: &mut redis::aio::MultiplexedConnection) -> u64 {
+    let streams: Vec<String> = redis::cmd("SMEMBERS").arg(keys().streams()).query_async(conn).await.expect("SMEMBERS");
+    let mut depth = 0;
+    for stream in streams {
+        depth += redis::cmd("XLEN").arg(stream).query_async::<u64>(conn).await.expect("XLEN");
+    }
+    depth
 }
 
 /// Unix milliseconds of an RFC 3339 timestamp, as the api returns them.
