@@ -71,6 +71,36 @@ def _body(response: httpx.Response) -> Any:
         return {"error": {"code": "invalid_response", "message": response.text[:200]}}
 
 
+def _answer(response: httpx.Response, attempt: int, max_retries: int) -> tuple[Optional[float], Any]:
+    """How one response ends a request: `(delay, None)` to retry after
+    `delay` seconds, else `(None, body)`; an error status raises."""
+    if response.status_code in (429, 503) and attempt < max_retries:
+        return _retry_delay(response, attempt), None
+    if response.status_code >= 400:
+        raise error_for(response.status_code, _body(response))
+    return None, _body(response)
+
+
+def _idempotency(key: Optional[str]) -> dict:
+    return {"Idempotency-Key": key} if key else {}
+
+
+def _wait_params(wait: Optional[int]) -> Optional[dict]:
+    return {"wait": min(wait, MAX_WAIT_S)} if wait else None
+
+
+def _page_params(wait: Optional[int], offset: int, limit: int) -> dict:
+    return {"offset": offset, "limit": limit, **(_wait_params(wait) or {})}
+
+
+def _poll_seconds(deadline: Optional[float]) -> int:
+    """How long the next long-poll of a wait may hold: at least a second,
+    so the last one is a wait, not a spin."""
+    if deadline is None:
+        return MAX_WAIT_S
+    return max(1, min(MAX_WAIT_S, int(deadline - time.monotonic())))
+
+
 def _batch_body(jobs: Iterable[dict], shared_runtime: Optional[bool], **extra: Any) -> dict:
     body: dict[str, Any] = {"jobs": list(jobs)}
     if shared_runtime is not None:
@@ -112,22 +142,20 @@ class Client:
                 response = self._http.request(method, path, **kwargs)
             except httpx.HTTPError as e:
                 raise TransportError(f"{method} {path}: {e}") from e
-            if response.status_code in (429, 503) and attempt < self.max_retries:
-                time.sleep(_retry_delay(response, attempt))
-                continue
-            if response.status_code >= 400:
-                raise error_for(response.status_code, _body(response))
-            return _body(response)
+            delay, body = _answer(response, attempt, self.max_retries)
+            if delay is None:
+                return body
+            time.sleep(delay)
         raise AssertionError("unreachable")
 
     def submit(self, code: str, language: str = "python", *, idempotency_key: Optional[str] = None, **fields: Any) -> str:
         """Queues a job and returns its id."""
-        headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
+        headers = _idempotency(idempotency_key)
         return self._request("POST", "/v1/jobs", json=job_spec(code, language, **fields), headers=headers)["id"]
 
     def get(self, job_id: str, *, wait: Optional[int] = None) -> Job:
         """The job as it is now, or after up to `wait` seconds if it is not done."""
-        params = {"wait": min(wait, MAX_WAIT_S)} if wait else None
+        params = _wait_params(wait)
         return Job.from_json(self._request("GET", f"/v1/jobs/{job_id}", params=params))
 
     def wait(self, job_id: str, *, timeout_s: Optional[float] = None) -> Job:
@@ -135,8 +163,7 @@ class Client:
         job as it is)."""
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         while True:
-            # At least a second per poll, so the last one is a wait, not a spin.
-            left = MAX_WAIT_S if deadline is None else max(1, min(MAX_WAIT_S, int(deadline - time.monotonic())))
+            left = _poll_seconds(deadline)
             job = self.get(job_id, wait=left)
             if job.done or (deadline is not None and time.monotonic() >= deadline):
                 return job
@@ -152,14 +179,12 @@ class Client:
         self, jobs: Iterable[dict], *, shared_runtime: Optional[bool] = None, idempotency_key: Optional[str] = None, **extra: Any
     ) -> "BatchHandle":
         """Queues many jobs (specs from `job_spec`) as one batch."""
-        headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
+        headers = _idempotency(idempotency_key)
         body = self._request("POST", "/v1/batches", json=_batch_body(jobs, shared_runtime, **extra), headers=headers)
         return BatchHandle(self, body["id"], body["job_ids"])
 
     def get_batch(self, batch_id: str, *, wait: Optional[int] = None, offset: int = 0, limit: int = 100) -> Batch:
-        params: dict[str, Any] = {"offset": offset, "limit": limit}
-        if wait:
-            params["wait"] = min(wait, MAX_WAIT_S)
+        params = _page_params(wait, offset, limit)
         return Batch.from_json(self._request("GET", f"/v1/batches/{batch_id}", params=params))
 
     def cancel_batch(self, batch_id: str) -> Batch:
@@ -230,30 +255,27 @@ class AsyncClient:
                 response = await self._http.request(method, path, **kwargs)
             except httpx.HTTPError as e:
                 raise TransportError(f"{method} {path}: {e}") from e
-            if response.status_code in (429, 503) and attempt < self.max_retries:
-                await asyncio.sleep(_retry_delay(response, attempt))
-                continue
-            if response.status_code >= 400:
-                raise error_for(response.status_code, _body(response))
-            return _body(response)
+            delay, body = _answer(response, attempt, self.max_retries)
+            if delay is None:
+                return body
+            await asyncio.sleep(delay)
         raise AssertionError("unreachable")
 
     async def submit(
         self, code: str, language: str = "python", *, idempotency_key: Optional[str] = None, **fields: Any
     ) -> str:
-        headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
+        headers = _idempotency(idempotency_key)
         body = await self._request("POST", "/v1/jobs", json=job_spec(code, language, **fields), headers=headers)
         return body["id"]
 
     async def get(self, job_id: str, *, wait: Optional[int] = None) -> Job:
-        params = {"wait": min(wait, MAX_WAIT_S)} if wait else None
+        params = _wait_params(wait)
         return Job.from_json(await self._request("GET", f"/v1/jobs/{job_id}", params=params))
 
     async def wait(self, job_id: str, *, timeout_s: Optional[float] = None) -> Job:
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         while True:
-            # At least a second per poll, so the last one is a wait, not a spin.
-            left = MAX_WAIT_S if deadline is None else max(1, min(MAX_WAIT_S, int(deadline - time.monotonic())))
+            left = _poll_seconds(deadline)
             job = await self.get(job_id, wait=left)
             if job.done or (deadline is not None and time.monotonic() >= deadline):
                 return job
@@ -267,14 +289,12 @@ class AsyncClient:
     async def batch(
         self, jobs: Iterable[dict], *, shared_runtime: Optional[bool] = None, idempotency_key: Optional[str] = None, **extra: Any
     ) -> "AsyncBatchHandle":
-        headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
+        headers = _idempotency(idempotency_key)
         body = await self._request("POST", "/v1/batches", json=_batch_body(jobs, shared_runtime, **extra), headers=headers)
         return AsyncBatchHandle(self, body["id"], body["job_ids"])
 
     async def get_batch(self, batch_id: str, *, wait: Optional[int] = None, offset: int = 0, limit: int = 100) -> Batch:
-        params: dict[str, Any] = {"offset": offset, "limit": limit}
-        if wait:
-            params["wait"] = min(wait, MAX_WAIT_S)
+        params = _page_params(wait, offset, limit)
         return Batch.from_json(await self._request("GET", f"/v1/batches/{batch_id}", params=params))
 
     async def cancel_batch(self, batch_id: str) -> Batch:
