@@ -69,6 +69,14 @@ const PIPE_TIMEOUT: Duration = Duration::from_secs(5);
 /// `python.mjs`), so a job near its cap is not mistaken for a memory death.
 const GARBAGE_ALLOWANCE_MB: u64 = 160;
 
+/// Jobs one shared child runs before it is replaced. A JS job Worker that
+/// ends on an uncaught error leaves file descriptors behind, and the
+/// child's 256-descriptor limit ran out after about 190 such jobs (a worker
+/// thread panicked with "Too many open files"; seen on MBTSP, reproduced by
+/// the probe `a_long_js_batch_is_spread_over_fresh_children`); a Python
+/// child gains nothing from living longer.
+const MAX_JOBS_PER_CHILD: u32 = 100;
+
 /// How long to wait for the output pipes to close once a child is killed.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(2);
 
@@ -220,6 +228,8 @@ struct SharedChild {
     /// The batch whose jobs this child runs, and which of them.
     lane: String,
     kind: Kind,
+    /// Jobs it has run.
+    jobs: u32,
     /// The child's private directory; removed when this is dropped.
     _dir: TempDir,
 }
@@ -248,7 +258,7 @@ impl SharedChild {
         };
         let dir = prepare.await.map_err(std::io::Error::other)??;
         let (child, stdin, stdout, stderr) = spawn_ready(sandbox, language, dir.path(), true).await?;
-        Ok(SharedChild { child, stdin, stdout, stderr, lane: lane.to_owned(), kind, _dir: dir })
+        Ok(SharedChild { child, stdin, stdout, stderr, lane: lane.to_owned(), kind, jobs: 0, _dir: dir })
     }
 
     /// Alive, with only the runtime's own threads, once terminated Workers'
@@ -368,6 +378,8 @@ impl SharedChild {
             (ending, ..) => ending,
         };
         let (mut outcome, reusable) = self.finish(ending, out, err, duration, spec, &nonce).await;
+        self.jobs += 1;
+        let reusable = reusable && self.jobs < MAX_JOBS_PER_CHILD;
         if let Some(section) = files {
             (outcome.files, outcome.files_truncated) = returned_files(&section);
         }

@@ -277,3 +277,21 @@ async fn js_jobs_get_fresh_globals_and_their_own_ending() {
         .unwrap_or_default();
     assert!(!threads.is_empty() && !threads.iter().any(|t| t.starts_with("worker-")), "{threads:?}");
 }
+
+/// A long batch outlives any one child: a JS job Worker that ends on an
+/// uncaught error leaves file descriptors behind, and a child that ran too
+/// many hit its descriptor limit (at job 237 here without the cap) and
+/// failed a correct program.
+#[tokio::test]
+async fn a_long_js_batch_is_spread_over_fresh_children() {
+    let runner = runner().await;
+    let lane = "long";
+    for i in 0..400 {
+        // Every other job fails its assertion, as most MBTSP programs do.
+        let code = format!("import * as assert from 'node:assert'; console.log({i}); assert.deepEqual({i} % 2, 0)");
+        let report = run(&runner, &in_lane_as(Ts, lane, &code)).await;
+        assert_status(&report.outcome, Status::Completed);
+        assert_eq!(report.outcome.stdout, format!("{i}\n"), "job {i}: {:#?}", report.outcome);
+        assert_eq!(report.outcome.exit_code, Some(i % 2), "job {i}: {:#?}", report.outcome);
+    }
+}
