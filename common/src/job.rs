@@ -87,6 +87,10 @@ pub struct JobSpec {
     /// in one long-lived child, each in a fresh interpreter.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shared_lane: Option<String>,
+    /// Set by the api, never by a client: this job is a step of a session
+    /// (start, exec, checkpoint, destroy), not a program of its own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session: Option<crate::SessionTask>,
 }
 
 /// A file given to the program, by a path relative to its working directory.
@@ -214,6 +218,7 @@ impl JobSpec {
             files: Vec::new(),
             return_files: ReturnFiles::None,
             shared_lane: None,
+            session: None,
         }
     }
 

@@ -98,6 +98,35 @@ impl QueueKeys {
     pub fn callbacks(&self) -> String {
         format!("{}callbacks", self.prefix)
     }
+
+    /// The hash of one session: owner, status, the worker holding it, its
+    /// checkpoints. Lua scripts spell it as the prefix plus `session:{id}`.
+    pub fn session(&self, id: &str) -> String {
+        format!("{}session:{id}", self.prefix)
+    }
+
+    /// Set of the live sessions of `owner`: what the per-token cap counts.
+    pub fn owner_sessions(&self, owner: &str) -> String {
+        format!("{}sessions:{owner}", self.prefix)
+    }
+
+    /// List of session job ids for the sessions `worker` holds: only that
+    /// worker reads it.
+    pub fn inbox(&self, worker: &str) -> String {
+        format!("{}inbox:{worker}", self.prefix)
+    }
+
+    /// The "stream" named on a session job's claim. It never exists: a
+    /// session job has no stream entry, so acknowledging it finds nothing.
+    pub fn session_tasks(&self) -> String {
+        format!("{}session-tasks", self.prefix)
+    }
+
+    /// The hash of one checkpoint: its compressed data, owner, language and
+    /// session. Lua scripts spell it as the prefix plus `checkpoint:{id}`.
+    pub fn checkpoint(&self, id: &str) -> String {
+        format!("{}checkpoint:{id}", self.prefix)
+    }
 }
 
 // Spelled by Lua scripts from the prefix, owner and second (see the
@@ -121,6 +150,11 @@ mod tests {
             keys.batch("b"),
             keys.idempotency("job", "alice", "k"),
             keys.callbacks(),
+            keys.session("s"),
+            keys.owner_sessions("alice"),
+            keys.inbox("w"),
+            keys.session_tasks(),
+            keys.checkpoint("c"),
         ] {
             assert!(key.starts_with("runbox:{eval}:"), "{key}");
         }

@@ -15,6 +15,8 @@
 //!   settings both processes share ([`SharedConfig`], [`Timeouts`]).
 //! - `time`: timestamps as stored.
 //! - `metrics`: the Prometheus registry both binaries export through.
+//! - `session`: sessions, their steps and their Redis operations
+//!   ([`SessionRecord`], [`SessionTask`], [`SessionLimits`]).
 //! - `workers`: what each worker reports of itself ([`WorkerInfo`]).
 
 mod config;
@@ -24,6 +26,7 @@ pub mod keys;
 mod metrics;
 pub mod process;
 mod queue;
+mod session;
 mod sign;
 mod time;
 mod workers;
@@ -39,6 +42,9 @@ pub use queue::{
     BatchJob, BatchRecord, CallbackDue, Cancelled, Claimed, Enqueued, Idempotency, JobRecord, JobSummary, OverQuota,
     Queue, QueueError, Quota, Timings,
 };
+pub use session::{
+    Checkpoint, CheckpointInfo, Recovery, Sent, SessionLimits, SessionOp, SessionRecord, SessionStatus, SessionTask,
+};
 pub use sign::{MIN_SIGNING_KEY_BYTES, SigningKey};
-pub use time::{now_rfc3339, now_unix_ms};
+pub use time::{now_rfc3339, now_unix_ms, rfc3339_at_unix_ms};
 pub use workers::WorkerInfo;

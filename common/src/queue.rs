@@ -192,10 +192,10 @@ pub struct Timings {
 /// connection that reconnects by itself.
 #[derive(Clone)]
 pub struct Queue {
-    conn: Connection,
+    pub(crate) conn: Connection,
     /// Where pub/sub connections go.
     pubsub: redis::Client,
-    keys: QueueKeys,
+    pub(crate) keys: QueueKeys,
 }
 
 // How owner streams are kept: `depth` counts queued plus running jobs in

@@ -18,6 +18,9 @@ pub struct WorkerInfo {
     pub pool_max: usize,
     pub memory_mb: u32,
     pub max_output_bytes: usize,
+    /// Sessions it holds, each in a slot of its own.
+    #[serde(default)]
+    pub sessions: usize,
     /// When it last sent a heartbeat, in Unix milliseconds.
     pub seen_at_ms: u64,
 }

@@ -1,7 +1,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use runbox_common::{ConfigError, SharedConfig, Timeouts, env_or};
+use runbox_common::{ConfigError, SessionLimits, SharedConfig, Timeouts, env_or};
 
 use crate::sandbox::{DEFAULT_RUNTIME_DIR, Limits, PoolConfig};
 
@@ -61,6 +61,8 @@ pub struct WorkerConfig {
     /// `RUNBOX_METRICS_PORT`: serve `/metrics` and `/healthz` here if set.
     pub metrics_port: Option<u16>,
     pub sandbox: SandboxConfig,
+    /// Checkpoint size cap and TTL (see `SessionLimits`).
+    pub sessions: SessionLimits,
 }
 
 impl WorkerConfig {
@@ -80,6 +82,7 @@ impl WorkerConfig {
         let suffix = uuid::Uuid::new_v4().simple().to_string();
         Ok(WorkerConfig {
             shared: SharedConfig::from_env()?,
+            sessions: SessionLimits::from_env()?,
             name: env_or("RUNBOX_WORKER_NAME", format!("{host}-{}", &suffix[..8]))?,
             concurrency,
             max_deliveries: env_or("RUNBOX_MAX_DELIVERIES", 3)?,

@@ -7,6 +7,8 @@
 //!   enforces the time, memory and output limits.
 //! - `service`: the queue side: claim, verify, run, write back, reclaim
 //!   from dead workers, cancel, drain on shutdown.
+//! - `sessions`: the sessions this worker holds, and the inbox their execs,
+//!   checkpoints and destroys arrive through.
 //! - `metrics`: every metric the worker exports.
 //! - `config`: settings, read from the environment once.
 
@@ -14,6 +16,7 @@ mod config;
 mod metrics;
 pub mod sandbox;
 mod service;
+mod sessions;
 
 use std::future::Future;
 use std::sync::Arc;

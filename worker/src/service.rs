@@ -25,6 +25,7 @@ use tracing::{Instrument, info, info_span, warn};
 
 use crate::metrics::Metrics;
 use crate::sandbox::Runner;
+use crate::sessions::{self, Opened, Sessions};
 use crate::{Sandbox, WorkerConfig};
 
 /// How long one claim blocks in Redis; also the longest SIGTERM waits for it.
@@ -39,20 +40,25 @@ pub const HEARTBEAT_EVERY: Duration = Duration::from_secs(2);
 /// on every heartbeat, and how to kill their children on a cancel.
 type Running = Arc<Mutex<HashMap<String, RunningJob>>>;
 
-struct RunningJob {
-    /// The owner stream and the entry id in it.
-    entry: (String, String),
-    cancel: CancellationToken,
+pub(crate) struct RunningJob {
+    /// The owner stream and the entry id in it; none for a session's exec,
+    /// which has no stream entry.
+    pub(crate) entry: Option<(String, String)>,
+    pub(crate) cancel: CancellationToken,
 }
 
-struct Worker {
-    config: WorkerConfig,
-    runner: Runner,
-    queue: Queue,
-    metrics: Arc<Metrics>,
-    running: Running,
+pub(crate) struct Worker {
+    pub(crate) config: WorkerConfig,
+    pub(crate) runner: Runner,
+    pub(crate) queue: Queue,
+    pub(crate) metrics: Arc<Metrics>,
+    pub(crate) running: Running,
+    /// The sessions this worker holds.
+    pub(crate) sessions: Sessions,
+    /// Cancelled on shutdown: no new jobs, and sessions end.
+    pub(crate) stopping: CancellationToken,
     /// Cancelled when the shutdown grace has passed: kills what still runs.
-    kill: CancellationToken,
+    pub(crate) kill: CancellationToken,
 }
 
 /// Runs the worker until `shutdown` resolves, then drains: no new claims,
@@ -67,19 +73,29 @@ pub async fn run(
     let queue = Queue::connect(&config.shared.redis, &config.shared.queue)?;
     queue.check_server().await?;
     let claims = Queue::connect_blocking(&config.shared.redis, &config.shared.queue, CLAIM_BLOCK)?;
+    let inbox = Queue::connect_blocking(&config.shared.redis, &config.shared.queue, sessions::INBOX_BLOCK)?;
     let runner = Runner::pooled(Arc::new(sandbox), config.pool);
-    let worker =
-        Arc::new(Worker { config, runner, queue, metrics, running: Arc::default(), kill: CancellationToken::new() });
-    // `stop` ends intake at shutdown; `done` ends the heartbeat and the
-    // cancel listener once running jobs are drained, so a DELETE during the
-    // grace period still kills its job.
+    // `stop` ends intake and sessions at shutdown; `done` ends the heartbeat
+    // and the cancel listener once running jobs are drained, so a DELETE
+    // during the grace period still kills its job.
     let stop = CancellationToken::new();
+    let worker = Arc::new(Worker {
+        config,
+        runner,
+        queue,
+        metrics,
+        running: Arc::default(),
+        sessions: Sessions::default(),
+        stopping: stop.clone(),
+        kill: CancellationToken::new(),
+    });
     let done = CancellationToken::new();
     let tasks = TaskTracker::new();
     let background = TaskTracker::new();
     let (first_heartbeat, sent) = tokio::sync::oneshot::channel();
     background.spawn(heartbeat(worker.clone(), done.clone(), first_heartbeat));
     background.spawn(listen_for_cancels(worker.clone(), done.clone()));
+    background.spawn(sessions::inbox(worker.clone(), inbox, stop.clone()));
     // Announced once /v1/runtimes can list it (or Redis said no).
     let _ = sent.await;
 
@@ -191,11 +207,16 @@ impl Worker {
         let span = info_span!("job", id = %entry.id, language = tracing::field::Empty, status = tracing::field::Empty, duration_ms = tracing::field::Empty);
         async move {
             let _permit = permit;
-            if let Some(ran) = self.run_entry(&entry).await {
+            if let Some(mut ran) = self.run_entry(&entry).await {
                 tracing::Span::current().record("status", ran.outcome.status.as_str());
                 tracing::Span::current().record("duration_ms", ran.outcome.duration_ms);
+                let session = ran.session.take();
                 self.finish(&entry, &ran).await;
                 info!("job finished");
+                // A session's start job keeps its slot for the session's life.
+                if let Some(session) = session {
+                    self.serve_session(session).await;
+                }
             }
         }
         .instrument(span)
@@ -229,7 +250,7 @@ impl Worker {
         // Registered before the job is marked running, so a cancel that
         // arrives the moment it is running finds it.
         let cancel = self.kill.child_token();
-        let job = RunningJob { entry: (entry.stream.clone(), entry.entry.clone()), cancel: cancel.clone() };
+        let job = RunningJob { entry: Some((entry.stream.clone(), entry.entry.clone())), cancel: cancel.clone() };
         self.running.lock().unwrap_or_else(|p| p.into_inner()).insert(entry.id.clone(), job);
         let ran = self.start_and_run(entry, &spec, &cancel).await;
         self.running.lock().unwrap_or_else(|p| p.into_inner()).remove(&entry.id);
@@ -271,16 +292,20 @@ impl Worker {
                 }
             }
         }
+        if let Some(task) = &spec.session {
+            let (outcome, session) = self.open_session(spec, task).await;
+            return Some(Ran { session, ..Ran::without_child(outcome) });
+        }
         self.metrics.busy_slots.inc();
         let report = self.runner.run(spec, cancel).await;
         self.metrics.busy_slots.dec();
-        Some(Ran { outcome: report.outcome, boot: report.boot, ended_ms: now_unix_ms() })
+        Some(Ran { outcome: report.outcome, boot: report.boot, ended_ms: now_unix_ms(), session: None })
     }
 
     /// Writes the result, retrying while Redis is away. If it never gets
     /// through (shutdown first), the entry stays pending and another worker
     /// runs the job again: at least once, never lost.
-    async fn finish(&self, entry: &Claimed, ran: &Ran) {
+    pub(crate) async fn finish(&self, entry: &Claimed, ran: &Ran) {
         let mut backoff = Backoff::new();
         loop {
             let finished_at = now_rfc3339();
@@ -305,17 +330,19 @@ impl Worker {
 }
 
 /// A job's outcome with what it cost around the run.
-struct Ran {
-    outcome: Outcome,
-    boot: Duration,
+pub(crate) struct Ran {
+    pub(crate) outcome: Outcome,
+    pub(crate) boot: Duration,
     /// When the child ended, in Unix milliseconds.
-    ended_ms: u64,
+    pub(crate) ended_ms: u64,
+    /// The session a start job opened, to serve once the job is answered.
+    pub(crate) session: Option<Opened>,
 }
 
 impl Ran {
     /// An ending decided without running a child.
-    fn without_child(outcome: Outcome) -> Ran {
-        Ran { outcome, boot: Duration::ZERO, ended_ms: now_unix_ms() }
+    pub(crate) fn without_child(outcome: Outcome) -> Ran {
+        Ran { outcome, boot: Duration::ZERO, ended_ms: now_unix_ms(), session: None }
     }
 }
 
@@ -344,6 +371,7 @@ async fn heartbeat(worker: Arc<Worker>, stop: CancellationToken, first: tokio::s
             pool_max: worker.config.pool.max,
             memory_mb: sandbox.limits.memory_mb,
             max_output_bytes: sandbox.limits.max_output_bytes,
+            sessions: worker.sessions.count(),
             seen_at_ms: now_unix_ms(),
         };
         if let Err(e) = worker.queue.heartbeat(&info).await {
@@ -363,7 +391,7 @@ async fn heartbeat(worker: Arc<Worker>, stop: CancellationToken, first: tokio::s
         // Resets the idle time of every entry held here, so no live worker's
         // job is ever taken over, however long it runs.
         let entries: Vec<(String, String)> =
-            worker.running.lock().unwrap_or_else(|p| p.into_inner()).values().map(|job| job.entry.clone()).collect();
+            worker.running.lock().unwrap_or_else(|p| p.into_inner()).values().filter_map(|job| job.entry.clone()).collect();
         if let Err(e) = worker.queue.keep_claimed(&worker.config.name, &entries).await {
             worker.metrics.redis_errors.inc();
             warn!(error = %e, "could not keep running jobs claimed");

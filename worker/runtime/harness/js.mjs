@@ -1,6 +1,6 @@
 // Harness for JavaScript and TypeScript jobs.
 //
-// Usage: js.mjs [shared]
+// Usage: js.mjs [shared|session]
 //
 // The child starts with no read access at all. The program arrives over the
 // pipe (see protocol.mjs) and is imported from a blob: URL, so its stack
@@ -25,12 +25,17 @@ import {
   withoutHarnessFrames,
   writeError,
 } from "./protocol.mjs";
+import { serveJsSession } from "./session.mjs";
 
 const harnessDir = new URL(".", import.meta.url).href;
 const createObjectURL = URL.createObjectURL;
 
 dropPersistentStorage();
 if (Deno.args[0] === "shared") await runShared();
+if (Deno.args[0] === "session") {
+  hideHostDetails("file:///main.js", [], false);
+  await serveJsSession();
+}
 const job = awaitJob();
 const typescript = job.language === "typescript";
 hideHostDetails(typescript ? "file:///main.ts" : "file:///main.js", job.args ?? [], /\bprocess\b/.test(job.code));

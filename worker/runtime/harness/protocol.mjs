@@ -86,6 +86,11 @@ function readExactly(n) {
   return out;
 }
 
+/** Reads the `n` raw bytes the runner sends after a frame that announces them. */
+export function readBytes(n) {
+  return n > 0 ? readExactly(n) : new Uint8Array(0);
+}
+
 /** Signals readiness, then blocks until the runner sends the job frame. */
 export function awaitJob() {
   signalReady();

@@ -1,6 +1,6 @@
 // Harness for Python jobs: Pyodide (CPython on WebAssembly) inside Deno.
 //
-// Usage: python.mjs <pyodide-dir> <memory-snapshot|-> <memory-mb> [shared]
+// Usage: python.mjs <pyodide-dir> <memory-snapshot|-> <memory-mb> [shared|session]
 //
 // Boot reads the Pyodide files and the memory snapshot, which is why this
 // child alone gets --allow-read (scoped to those paths). Read access is
@@ -15,6 +15,8 @@
 // instances share this process and its JS realm; see protocol.mjs for how
 // the runner tells the jobs' output apart, and `watchRealm` for when the
 // child asks to be replaced.
+//
+// With `session`, the child is one session's interpreter: see session.mjs.
 import { installPackages, loadPyodideFrom, PACKAGES_ZIP, pyodideFactory, readPackages } from "./pyodide.mjs";
 import {
   awaitJob,
@@ -32,9 +34,11 @@ import {
   watchRealm,
   writeAll,
 } from "./protocol.mjs";
+import { serveSession } from "./session.mjs";
 
 const [pyodideDir, snapshotPath, memoryMb, mode] = Deno.args;
 const shared = mode === "shared";
+const session = mode === "session";
 
 // Added to the exit status that run_main returns when the program ended on
 // a MemoryError.
@@ -101,14 +105,54 @@ def make_runner(
                 pass
         return status
 
-    return run_main
+    async def run_in_session(source, name):
+        # A session's programs share one __main__, made by its first exec
+        # and carried by its checkpoints.
+        main = modules.get("__main__")
+        if getattr(main, "__file__", None) != "main.py":
+            main = ModuleType("__main__")
+            main.__file__ = "main.py"
+            main.__builtins__ = builtins
+            modules["__main__"] = main
+        sys.argv = ["main.py"]
+        line_cache[name] = (len(source), None, source.splitlines(True), name)
+        status = 0
+        try:
+            code = compile(source, name, "exec", flags=flags, dont_inherit=True)
+            result = eval(code, main.__dict__)
+            if code.co_flags & 0x80:
+                await result
+        except SystemExit as e:
+            status = exit_status(e.code)
+        except BaseException as e:
+            tb = None if isinstance(e, SyntaxError) else e.__traceback__.tb_next
+            try:
+                print_exception(type(e), e, tb)
+            except BaseException:
+                pass
+            status = 1 | (memory_flag if isinstance(e, MemoryError) else 0)
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except BaseException:
+                pass
+        return status
 
-run_main = make_runner()
+    return run_main, run_in_session
+
+run_main, run_in_session = make_runner()
 `;
 
 const realm = shared ? watchRealm() : null;
 const wasmMemories = capWasmMemory(Number(memoryMb));
 dropPersistentStorage();
+
+if (session) {
+  const newInstance = await pyodideFactory(pyodideDir, snapshotPath === "-" ? null : snapshotPath);
+  Deno.permissions.revokeSync({ name: "read" });
+  hideHostDetails("file:///main.py", [], true);
+  await serveSession({ newInstance, prepare, runJob, wasmMemories, memoryOut: ENDED_BY_MEMORY_ERROR });
+}
 
 if (!shared) {
   const pyodide = await loadPyodideFrom(pyodideDir, snapshotPath === "-" ? {} : {
@@ -163,11 +207,15 @@ function prepare(pyodide) {
   const globals = pyodide.toPy({});
   pyodide.pyimport("builtins").exec(RUNNER, globals);
   const runMain = globals.get("run_main");
-  return { pyodide, runMain, retire: () => (live = false) };
+  const runInSession = globals.get("run_in_session");
+  return { pyodide, runMain, runInSession, retire: () => (live = false) };
 }
 
-/** Runs `job` with `stdin` in a prepared instance; returns the exit status. */
-async function runJob({ pyodide, runMain }, job, stdin) {
+/**
+ * Runs `job` with `stdin` in a prepared instance; returns the exit status.
+ * `run` is the runner's entry point: a fresh `__main__` by default.
+ */
+async function runJob({ pyodide, runMain }, job, stdin, run = (code, args) => runMain.callPromising(code, args)) {
   writeFiles(pyodide, job.files ?? []);
   // Returned files are found from where the program started, wherever it went.
   const home = pyodide.FS.cwd();
@@ -183,7 +231,7 @@ async function runJob({ pyodide, runMain }, job, stdin) {
   const halfCap = (job.memory_mb * 1024 * 1024) / 2;
   // callPromising lets the program block on JS promises (run_until_complete,
   // run_sync) through WebAssembly stack switching.
-  const result = await runMain.callPromising(job.code, job.args ?? []);
+  const result = await run(job.code, job.args ?? []);
   // A MemoryError the program raised itself is just an error; one raised
   // after Python's heap really grew to half the cap or more is out of memory.
   if (result & ENDED_BY_MEMORY_ERROR && largestWasmMemory() >= halfCap) reportOutOfMemory(job.nonce);

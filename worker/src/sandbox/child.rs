@@ -21,7 +21,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::process::{Child, ChildStderr, ChildStdin, ChildStdout};
 use tokio_util::sync::CancellationToken;
 
-use super::command::{FILES_DIR, deno_command};
+use super::command::{ChildMode, FILES_DIR, deno_command};
 use super::output::{Captured, capture, capture_with_files, returned_files};
 use super::{Sandbox, SandboxError};
 
@@ -94,6 +94,11 @@ pub(super) struct Frame<'a> {
     pub stdin: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub return_files: Option<ReturnFrame<'a>>,
+    /// In a session child: what to do (`exec`), and when to interrupt it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub op: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub timeout_ms: Option<u64>,
 }
 
 /// What files to send back, and how many bytes at most.
@@ -130,7 +135,7 @@ impl BootedChild {
             tokio::task::spawn_blocking(move || job_dir(&sandbox, language))
         };
         let dir = prepare.await.map_err(std::io::Error::other)??;
-        let (child, stdin, stdout, stderr) = spawn_ready(sandbox, language, dir.path(), false).await?;
+        let (child, stdin, stdout, stderr) = spawn_ready(sandbox, language, dir.path(), ChildMode::Single).await?;
         Ok(BootedChild { child, stdin, stdout, stderr, dir })
     }
 
@@ -179,6 +184,8 @@ impl BootedChild {
             memory_mb: sandbox.limits.memory_mb,
             stdin: None,
             return_files: ReturnFrame::of(spec),
+            op: None,
+            timeout_ms: None,
         };
         let frame = match serde_json::to_vec(&frame) {
             Ok(frame) => frame,
@@ -273,9 +280,9 @@ pub(super) async fn spawn_ready(
     sandbox: &Sandbox,
     language: Language,
     dir: &Path,
-    shared: bool,
+    mode: ChildMode,
 ) -> Result<(Child, ChildStdin, ChildStdout, ChildStderr), SandboxError> {
-    let mut child = deno_command(&sandbox.runtime, &sandbox.isolation, &sandbox.limits, language, dir, shared)
+    let mut child = deno_command(&sandbox.runtime, &sandbox.isolation, &sandbox.limits, language, dir, mode)
         .spawn()
         .map_err(SandboxError::Spawn)?;
     let (Some(stdin), Some(mut stdout), Some(mut stderr)) =
@@ -303,7 +310,7 @@ pub(super) async fn spawn_ready(
 pub async fn prime_cache(sandbox: &Sandbox) -> Result<TempDir, SandboxError> {
     let dir = private_dir("runbox-cache-", sandbox)?;
     for language in [Language::Python] {
-        let (mut child, mut stdin, _stdout, _stderr) = spawn_ready(sandbox, language, dir.path(), false).await?;
+        let (mut child, mut stdin, _stdout, _stderr) = spawn_ready(sandbox, language, dir.path(), ChildMode::Single).await?;
         let frame = Frame {
             language,
             code: "0",
@@ -313,6 +320,8 @@ pub async fn prime_cache(sandbox: &Sandbox) -> Result<TempDir, SandboxError> {
             memory_mb: sandbox.limits.memory_mb,
             stdin: None,
             return_files: None,
+            op: None,
+            timeout_ms: None,
         };
         let frame = serde_json::to_vec(&frame).map_err(std::io::Error::other)?;
         stdin.write_all(format!("{}\n", frame.len()).as_bytes()).await?;

@@ -57,20 +57,40 @@ pub const MAX_FILE_BYTES: u64 = 16 * 1024 * 1024;
 /// code space, so programs that start a single Worker would fail.
 const MIN_DATA_BYTES: u64 = 2 * 1024 * 1024 * 1024;
 
+/// What a child is for, which its harness is told as its last argument.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChildMode {
+    /// One job, then it exits.
+    Single,
+    /// The jobs of one batch, each in a fresh interpreter (see `shared.rs`).
+    Shared,
+    /// One session's interpreter, kept across execs (see `session.rs`).
+    Session,
+}
+
+impl ChildMode {
+    fn arg(self) -> Option<&'static str> {
+        match self {
+            ChildMode::Single => None,
+            ChildMode::Shared => Some("shared"),
+            ChildMode::Session => Some("session"),
+        }
+    }
+}
+
 /// The command for one child of `language`, whose private directory is `dir`.
-/// A `shared` child serves the shared lane (see `shared.rs`).
 pub fn deno_command(
     runtime: &Runtime,
     isolation: &Isolation,
     limits: &Limits,
     language: Language,
     dir: &Path,
-    shared: bool,
+    mode: ChildMode,
 ) -> Command {
     let mut args: Vec<OsString> = vec!["run".into()];
     args.extend(DENY_ALL.iter().map(OsString::from));
     // A shared child collects the garbage of finished jobs' instances itself.
-    let gc = if shared { ",--expose-gc" } else { "" };
+    let gc = if mode == ChildMode::Shared { ",--expose-gc" } else { "" };
     args.push(format!("--v8-flags=--max-old-space-size={}{gc}", limits.memory_mb).into());
     match language {
         Language::Javascript | Language::Typescript => {
@@ -80,9 +100,7 @@ pub fn deno_command(
             readable.push(dir.join(FILES_DIR));
             args.push(readable);
             args.push(runtime.js_harness.clone().into());
-            if shared {
-                args.push("shared".into());
-            }
+            args.extend(mode.arg().map(OsString::from));
         }
         Language::Python => {
             let mut readable: OsString = "--allow-read=".into();
@@ -96,9 +114,7 @@ pub fn deno_command(
             args.push(runtime.pyodide_dir.clone().into());
             args.push(runtime.snapshot.as_ref().map_or_else(|| "-".into(), |s| s.clone().into_os_string()));
             args.push(limits.memory_mb.to_string().into());
-            if shared {
-                args.push("shared".into());
-            }
+            args.extend(mode.arg().map(OsString::from));
         }
     }
 

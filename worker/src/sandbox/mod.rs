@@ -26,6 +26,7 @@ mod isolation;
 mod output;
 mod pool;
 mod runtime;
+mod session;
 mod shared;
 
 use std::path::PathBuf;
@@ -39,6 +40,7 @@ pub use command::MAX_FILE_BYTES;
 pub use isolation::{Isolation, NetworkIsolation};
 pub use pool::{PoolConfig, RunReport, Runner};
 pub use runtime::{DEFAULT_RUNTIME_DIR, Runtime, SNAPSHOT_FILE};
+pub use session::{Restore, SessionChild, SessionError};
 pub use shared::SharedLane;
 
 /// Errors that keep a run from starting. Once a child runs, every ending is

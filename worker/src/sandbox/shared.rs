@@ -33,6 +33,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::process::{Child, ChildStderr, ChildStdin, ChildStdout};
 use tokio_util::sync::CancellationToken;
 
+use super::command::ChildMode;
 use super::child::{
     FILES_MARKER, Frame, MEMORY_MARKER, RUNTIME_RSS_ALLOWANCE_MB, ReturnFrame, classify, job_dir, kill_group, outcome,
     spawn_ready, watch_rss,
@@ -41,7 +42,12 @@ use super::output::{Captured, FILES_SECTION_LIMIT, capture_after, capture_until,
 use super::{RunReport, Sandbox, SandboxError};
 
 /// What the harness writes after each job, before the job's nonce.
-const END_MARKER: &str = "\u{6}runbox-end:";
+pub(super) const END_MARKER: &str = "\u{6}runbox-end:";
+
+/// How long after an exec's deadline a session's Python child, which
+/// interrupts the exec itself at the deadline, is killed if it has not
+/// ended it: time for the KeyboardInterrupt to unwind.
+const INTERRUPT_GRACE: Duration = Duration::from_secs(2);
 
 /// How long an idle shared child waits for its batch's next job.
 const IDLE_TIMEOUT: Duration = Duration::from_secs(3);
@@ -61,7 +67,7 @@ const WORKER_THREAD_EXIT: Duration = Duration::from_millis(500);
 const JS_SOLO_WORDS: &[&str] = &["stdin", "process", "readline", "prompt", "/dev/", "readFileSync(0"];
 
 /// How long a child may take to take a frame, or to finish its end marker.
-const PIPE_TIMEOUT: Duration = Duration::from_secs(5);
+pub(super) const PIPE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Resident memory a shared child may hold on top of a single-use child's
 /// allowance: finished jobs' instances that V8 has not collected yet. The
@@ -78,7 +84,7 @@ const GARBAGE_ALLOWANCE_MB: u64 = 160;
 const MAX_JOBS_PER_CHILD: u32 = 100;
 
 /// How long to wait for the output pipes to close once a child is killed.
-const DRAIN_TIMEOUT: Duration = Duration::from_secs(2);
+pub(super) const DRAIN_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// The shared lane of one worker: idle children, each kept for its batch.
 pub struct SharedLane {
@@ -125,7 +131,7 @@ impl SharedLane {
         let idle = self.take(lane, kind).await;
         let (child, boot) = match idle {
             Some(child) => (Ok(child), Duration::ZERO),
-            None => (SharedChild::boot(&self.sandbox, lane, kind).await, started.elapsed()),
+            None => (SharedChild::boot(&self.sandbox, lane, kind, ChildMode::Shared).await, started.elapsed()),
         };
         let mut child = match child {
             Ok(child) => child,
@@ -200,13 +206,13 @@ fn retire(children: Vec<SharedChild>) {
 
 /// The two kinds of shared child: the JS harness serves JS and TS.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Kind {
+pub(super) enum Kind {
     Python,
     Js,
 }
 
 impl Kind {
-    fn of(language: Language) -> Kind {
+    pub(super) fn of(language: Language) -> Kind {
         if language == Language::Python { Kind::Python } else { Kind::Js }
     }
 }
@@ -219,15 +225,16 @@ enum Threads {
     Dirty,
 }
 
-/// A booted shared child, between jobs.
-struct SharedChild {
-    child: Child,
-    stdin: ChildStdin,
-    stdout: ChildStdout,
-    stderr: ChildStderr,
+/// A booted shared child, between jobs; also the child of a session, which
+/// runs one session's execs in one interpreter.
+pub(super) struct SharedChild {
+    pub(super) child: Child,
+    pub(super) stdin: ChildStdin,
+    pub(super) stdout: ChildStdout,
+    pub(super) stderr: ChildStderr,
     /// The batch whose jobs this child runs, and which of them.
     lane: String,
-    kind: Kind,
+    pub(super) kind: Kind,
     /// Jobs it has run.
     jobs: u32,
     /// The child's private directory; removed when this is dropped.
@@ -235,12 +242,15 @@ struct SharedChild {
 }
 
 /// How a job in a shared child ended, before it is an [`Outcome`].
-enum Ending {
+pub(super) enum Ending {
     /// The harness wrote both end markers: the program's exit status, and
     /// whether the child is still fit for another job.
     Finished {
         status: i32,
         clean: bool,
+        /// A session's harness interrupted the exec at its deadline; the
+        /// session lives on.
+        interrupted: bool,
     },
     /// The child exited (or closed its pipes) without them.
     Died,
@@ -250,14 +260,19 @@ enum Ending {
 }
 
 impl SharedChild {
-    async fn boot(sandbox: &Sandbox, lane: &str, kind: Kind) -> Result<SharedChild, SandboxError> {
+    pub(super) async fn boot(
+        sandbox: &Sandbox,
+        lane: &str,
+        kind: Kind,
+        mode: ChildMode,
+    ) -> Result<SharedChild, SandboxError> {
         let language = if kind == Kind::Python { Language::Python } else { Language::Javascript };
         let prepare = {
             let sandbox = sandbox.clone();
             tokio::task::spawn_blocking(move || job_dir(&sandbox, language))
         };
         let dir = prepare.await.map_err(std::io::Error::other)??;
-        let (child, stdin, stdout, stderr) = spawn_ready(sandbox, language, dir.path(), true).await?;
+        let (child, stdin, stdout, stderr) = spawn_ready(sandbox, language, dir.path(), mode).await?;
         Ok(SharedChild { child, stdin, stdout, stderr, lane: lane.to_owned(), kind, jobs: 0, _dir: dir })
     }
 
@@ -296,13 +311,15 @@ impl SharedChild {
     }
 
     /// Runs `spec` and returns how it ended, and whether this child may run
-    /// the batch's next job.
-    async fn run(&mut self, spec: &JobSpec, sandbox: &Sandbox, cancel: &CancellationToken) -> (Outcome, bool) {
+    /// the batch's next job (or, in a session, the session's next exec).
+    pub(super) async fn run(&mut self, spec: &JobSpec, sandbox: &Sandbox, cancel: &CancellationToken) -> (Outcome, bool) {
         // The api checks file paths; the worker does not trust it to.
         if let Some(Err(e)) = spec.files.iter().map(|f| InputFile::check_path(&f.path)).find(Result::is_err) {
             return (Outcome::internal_error(format!("refused the job's files: {e}")), true);
         }
         let nonce = uuid::Uuid::new_v4().simple().to_string();
+        let timeout = sandbox.limits.timeout_for(spec);
+        let in_session = spec.session.is_some();
         let frame = Frame {
             language: spec.language,
             code: &spec.code,
@@ -312,7 +329,12 @@ impl SharedChild {
             memory_mb: sandbox.limits.memory_mb,
             stdin: Some(&spec.stdin),
             return_files: ReturnFrame::of(spec),
+            op: in_session.then_some("exec"),
+            timeout_ms: in_session.then(|| u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX)),
         };
+        // A session's Python harness interrupts the exec at the deadline and
+        // keeps the session; the kill is for when it cannot.
+        let deadline = if in_session && self.kind == Kind::Python { timeout + INTERRUPT_GRACE } else { timeout };
         let frame = match serde_json::to_vec(&frame) {
             Ok(frame) => frame,
             Err(e) => return (Outcome::internal_error(format!("could not encode the job: {e}")), true),
@@ -332,7 +354,6 @@ impl SharedChild {
         let cap = sandbox.limits.max_output_bytes;
         let out_marker = format!("{END_MARKER}{nonce}:").into_bytes();
         let err_marker = format!("{END_MARKER}{nonce}\n").into_bytes();
-        let timeout = sandbox.limits.timeout_for(spec);
         let allowance = RUNTIME_RSS_ALLOWANCE_MB + GARBAGE_ALLOWANCE_MB;
         let rss_limit = (u64::from(sandbox.limits.memory_mb) + allowance) * 1024 * 1024;
         let files_marker = ReturnFrame::of(spec).map(|_| format!("{FILES_MARKER}{nonce}\n").into_bytes());
@@ -356,7 +377,7 @@ impl SharedChild {
             let mut err = std::pin::pin!(capture_until(&mut self.stderr, cap, &err_marker));
             let stopped = tokio::select! {
                 (out, err) = async { tokio::join!(&mut out, &mut err) } => Err((out, err)),
-                () = tokio::time::sleep(timeout) => Ok(Ending::TimedOut),
+                () = tokio::time::sleep(deadline) => Ok(Ending::TimedOut),
                 () = cancel.cancelled() => Ok(Ending::Cancelled),
                 () = watch_rss(pid, rss_limit) => Ok(Ending::OverMemory),
             };
@@ -377,18 +398,22 @@ impl SharedChild {
             (Ending::Died, Some(rest), Some(err_rest)) => self.read_status(rest, err_rest.is_empty()).await,
             (ending, ..) => ending,
         };
+        // A session lives on after any exec its harness finished, whatever
+        // the exec left running.
+        let finished = matches!(ending, Ending::Finished { .. });
         let (mut outcome, reusable) = self.finish(ending, out, err, duration, spec, &nonce).await;
         self.jobs += 1;
-        let reusable = reusable && self.jobs < MAX_JOBS_PER_CHILD;
+        let reusable = if in_session { finished } else { reusable && self.jobs < MAX_JOBS_PER_CHILD };
         if let Some(section) = files {
             (outcome.files, outcome.files_truncated) = returned_files(&section);
         }
         (outcome, reusable)
     }
 
-    /// Reads the rest of stdout's end marker, `<status>:<clean>\n`, of
-    /// which `rest` has arrived.
-    async fn read_status(&mut self, mut rest: Vec<u8>, quiet: bool) -> Ending {
+    /// Reads the rest of stdout's end marker, `<status>:<flag>\n`, of
+    /// which `rest` has arrived. The flag is 1 for clean, 0 for unclean, 2
+    /// for a session exec interrupted at its deadline.
+    pub(super) async fn read_status(&mut self, mut rest: Vec<u8>, quiet: bool) -> Ending {
         let read = tokio::time::timeout(PIPE_TIMEOUT, async {
             while !rest.contains(&b'\n') && rest.len() < 32 {
                 let mut byte = [0u8; 32];
@@ -404,9 +429,11 @@ impl SharedChild {
         let parsed = text
             .strip_suffix('\n')
             .and_then(|line| line.split_once(':'))
-            .and_then(|(status, clean)| Some((status.parse::<i32>().ok()?, clean == "1")));
+            .and_then(|(status, flag)| Some((status.parse::<i32>().ok()?, flag.to_owned())));
         match (read, parsed) {
-            (Ok(true), Some((status, clean))) => Ending::Finished { status, clean: clean && quiet },
+            (Ok(true), Some((status, flag))) => {
+                Ending::Finished { status, clean: flag != "0" && quiet, interrupted: flag == "2" }
+            }
             _ => Ending::Died,
         }
     }
@@ -424,7 +451,8 @@ impl SharedChild {
             // A job Worker's thread still exiting is waited for when the
             // child is taken for the next job, not here, where it would
             // hold up this job's result.
-            Ending::Finished { status, clean } => {
+            Ending::Finished { interrupted: true, .. } => (Status::Timeout, None, None, true),
+            Ending::Finished { status, clean, .. } => {
                 (Status::Completed, Some(status), None, clean && !matches!(self.threads(), Threads::Dirty))
             }
             Ending::TimedOut => (Status::Timeout, None, None, false),

@@ -1,0 +1,383 @@
+//! Sessions on a worker: the processes of the sessions this worker holds,
+//! and the inbox through which their execs, checkpoints and destroys
+//! arrive (see `runbox_common::session` for the whole protocol).
+//!
+//! A session starts as an ordinary job: the worker that claims its start
+//! job opens a [`SessionChild`], marks the session idle on itself, answers
+//! the start job, and then keeps the job's slot while the session lives
+//! ([`Worker::serve_session`]). Tasks for it arrive on this worker's inbox
+//! list ([`inbox`]), are verified like any job, and run one at a time.
+//!
+//! A session ends when its owner destroys it, when it has been idle for its
+//! idle timeout or lived its lifetime (expired), or when its process dies:
+//! then it comes back from its latest checkpoint, or ends as lost. It is
+//! never silently reset to empty. On shutdown its process is killed and the
+//! session left as it is: the api brings it back elsewhere on its next exec
+//! (from its latest checkpoint; without one it is lost).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use runbox_common::{
+    CheckpointInfo, Claimed, JobSpec, Language, Outcome, Queue, SessionOp, SessionStatus, SessionTask, Status,
+    now_rfc3339, now_unix_ms, rfc3339_at_unix_ms,
+};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use tracing::{Instrument, info, info_span, warn};
+
+use crate::sandbox::{Restore, SessionChild};
+use crate::service::{Ran, RunningJob, Worker};
+
+/// How long one wait on the inbox blocks in Redis.
+pub(crate) const INBOX_BLOCK: Duration = Duration::from_secs(1);
+
+/// The sessions this worker holds: where to send each one's tasks, and how
+/// to end it.
+#[derive(Default)]
+pub(crate) struct Sessions {
+    live: Mutex<HashMap<String, Live>>,
+}
+
+struct Live {
+    tasks: mpsc::UnboundedSender<(Claimed, JobSpec)>,
+    end: CancellationToken,
+}
+
+impl Sessions {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Live>> {
+        self.live.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// How many sessions this worker holds.
+    pub(crate) fn count(&self) -> usize {
+        self.lock().len()
+    }
+}
+
+/// A session whose child is open, handed from its start job to the task
+/// that serves it.
+pub(crate) struct Opened {
+    id: String,
+    owner: String,
+    language: Language,
+    child: SessionChild,
+    idle_timeout: Duration,
+    expires_at_ms: u64,
+    tasks: mpsc::UnboundedReceiver<(Claimed, JobSpec)>,
+    end: CancellationToken,
+}
+
+impl Worker {
+    /// Runs the start job of session `task`: boots its child, from its
+    /// checkpoint when asked. The outcome answers the start job.
+    pub(crate) async fn open_session(&self, spec: &JobSpec, task: &SessionTask) -> (Outcome, Option<Opened>) {
+        let started = Instant::now();
+        let SessionOp::Start { owner, checkpoint, idle_timeout_ms, expires_at_ms } = &task.op else {
+            return (Outcome::internal_error("a session's step arrived outside its session"), None);
+        };
+        let restore = match checkpoint {
+            None => Restore::Fresh,
+            Some(id) => match self.load_restore(id, spec.language).await {
+                Ok(restore) => restore,
+                Err(message) => return (failed(message), None),
+            },
+        };
+        let child = match SessionChild::open(self.runner.sandbox(), spec.language, restore).await {
+            Ok(child) => child,
+            Err(e) => {
+                warn!(session = %task.id, error = %e, "could not open a session");
+                return (failed(format!("could not open the session: {e}")), None);
+            }
+        };
+        let (sender, tasks) = mpsc::unbounded_channel();
+        let end = self.stopping.child_token();
+        self.sessions.lock().insert(task.id.clone(), Live { tasks: sender, end: end.clone() });
+        let ready = self.queue.session_ready(&task.id, &self.config.name, checkpoint.as_deref()).await;
+        if !matches!(ready, Ok(true)) {
+            self.sessions.lock().remove(&task.id);
+            return (failed("the session ended before it could start".into()), None);
+        }
+        info!(session = %task.id, restored_from = ?checkpoint, ms = started.elapsed().as_millis() as u64, "session opened");
+        let outcome = Outcome {
+            status: Status::Completed,
+            exit_code: Some(0),
+            stderr: String::new(),
+            duration_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+            ..Outcome::internal_error("")
+        };
+        let opened = Opened {
+            id: task.id.clone(),
+            owner: owner.clone(),
+            language: spec.language,
+            child,
+            idle_timeout: Duration::from_millis(*idle_timeout_ms),
+            expires_at_ms: *expires_at_ms,
+            tasks,
+            end,
+        };
+        (outcome, Some(opened))
+    }
+
+    /// Serves session `opened` until it ends; the caller holds its slot.
+    pub(crate) async fn serve_session(&self, mut opened: Opened) {
+        let span = info_span!("session", id = %opened.id, language = %opened.language);
+        async {
+            let ended = self.session_loop(&mut opened).await;
+            opened.child.kill();
+            self.sessions.lock().remove(&opened.id);
+            info!(ended = ended, "session closed on this worker");
+        }
+        .instrument(span)
+        .await;
+    }
+
+    /// Takes the session's tasks one at a time; returns why it ended.
+    async fn session_loop(&self, s: &mut Opened) -> &'static str {
+        let mut last_used = tokio::time::Instant::now();
+        loop {
+            let lifetime_left = Duration::from_millis(s.expires_at_ms.saturating_sub(now_unix_ms()));
+            let idle_deadline = last_used + s.idle_timeout;
+            let lifetime_deadline = tokio::time::Instant::now() + lifetime_left;
+            let (claimed, spec) = tokio::select! {
+                task = s.tasks.recv() => match task {
+                    Some(task) => task,
+                    None => return "channel closed",
+                },
+                () = tokio::time::sleep_until(idle_deadline) => {
+                    self.end_session(s, SessionStatus::Expired, "idle").await;
+                    return "idle timeout";
+                }
+                () = tokio::time::sleep_until(lifetime_deadline) => {
+                    self.end_session(s, SessionStatus::Expired, "lifetime").await;
+                    return "lifetime";
+                }
+                () = s.end.cancelled() => return if self.stopping.is_cancelled() { "shutdown" } else { "destroyed" },
+            };
+            let alive = match spec.session.as_ref().map(|t| &t.op) {
+                Some(SessionOp::Exec) => self.session_exec(s, &claimed, &spec).await,
+                Some(SessionOp::Checkpoint { checkpoint }) => {
+                    self.session_checkpoint(s, &claimed, checkpoint).await;
+                    true
+                }
+                _ => {
+                    self.finish(&claimed, &Ran::without_child(Outcome::internal_error("not a session task"))).await;
+                    true
+                }
+            };
+            if !alive {
+                return "lost";
+            }
+            last_used = tokio::time::Instant::now();
+        }
+    }
+
+    /// Runs one exec; false when the session was lost.
+    async fn session_exec(&self, s: &mut Opened, claimed: &Claimed, spec: &JobSpec) -> bool {
+        if !matches!(self.queue.start(claimed, &self.config.name, &now_rfc3339()).await, Ok(Some(_))) {
+            // Cancelled before it began: the session is untouched.
+            let _ = self.queue.session_idle(&s.id, &self.config.name, 0).await;
+            let cancelled = Outcome { status: Status::Cancelled, ..Outcome::internal_error("") };
+            self.finish(claimed, &Ran::without_child(cancelled)).await;
+            return true;
+        }
+        let cancel = s.end.child_token();
+        let job = RunningJob { entry: None, cancel: cancel.clone() };
+        self.running.lock().unwrap_or_else(|p| p.into_inner()).insert(claimed.id.clone(), job);
+        self.metrics.busy_slots.inc();
+        let (mut outcome, alive) = s.child.exec(spec, self.runner.sandbox(), &cancel).await;
+        self.metrics.busy_slots.dec();
+        self.running.lock().unwrap_or_else(|p| p.into_inner()).remove(&claimed.id);
+        let ended_ms = now_unix_ms();
+        let mut kept = alive;
+        if !alive && !s.end.is_cancelled() {
+            match self.restore_in_place(s).await {
+                Ok(checkpoint) => {
+                    kept = true;
+                    outcome.stderr.push_str(&format!(
+                        "\nrunbox: the session's process ended ({}); the session was restored from checkpoint {checkpoint}; \
+                         what ran after that checkpoint is gone\n",
+                        outcome.status.as_str()
+                    ));
+                }
+                Err(why) => {
+                    outcome.stderr.push_str(&format!("\nrunbox: the session's process ended and it is lost: {why}\n"));
+                    self.end_session(s, SessionStatus::Lost, &why).await;
+                }
+            }
+        }
+        if kept {
+            let _ = self.queue.session_idle(&s.id, &self.config.name, 1).await;
+        }
+        self.finish(claimed, &Ran { outcome, boot: Duration::ZERO, ended_ms, session: None }).await;
+        kept
+    }
+
+    /// Takes a checkpoint and answers its job: the checkpoint's info as
+    /// JSON on stdout, or exit 1 and why not on stderr.
+    async fn session_checkpoint(&self, s: &mut Opened, claimed: &Claimed, id: &str) {
+        let _ = self.queue.start(claimed, &self.config.name, &now_rfc3339()).await;
+        let started = Instant::now();
+        let limits = self.config.sessions;
+        let taken = match s.child.checkpoint().await {
+            Ok((bytes, _)) => {
+                let compressed = tokio::task::spawn_blocking(move || lz4_flex::compress_prepend_size(&bytes)).await;
+                compressed.map_err(|e| e.to_string())
+            }
+            Err(e) => Err(e.to_string()),
+        };
+        let stored = match taken {
+            Ok(data) if data.len() as u64 > limits.checkpoint_max_bytes => Err(format!(
+                "the checkpoint is {} bytes compressed, more than the {} allowed (RUNBOX_CHECKPOINT_MAX_MB)",
+                data.len(),
+                limits.checkpoint_max_bytes
+            )),
+            Ok(data) => {
+                let ttl = limits.checkpoint_ttl;
+                let info = CheckpointInfo {
+                    id: id.to_owned(),
+                    created_at: now_rfc3339(),
+                    size_bytes: data.len() as u64,
+                    took_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(0),
+                    expires_at: rfc3339_at_unix_ms(now_unix_ms() + ttl.as_secs() * 1000),
+                };
+                match self.queue.store_checkpoint(&s.id, &info, &data, ttl).await {
+                    Ok(true) => Ok(info),
+                    Ok(false) => Err("the session is gone".to_owned()),
+                    Err(e) => Err(format!("could not store the checkpoint: {e}")),
+                }
+            }
+            Err(e) => Err(e),
+        };
+        let _ = self.queue.session_idle(&s.id, &self.config.name, 0).await;
+        let duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(0);
+        let outcome = match stored {
+            Ok(info) => {
+                info!(checkpoint = %info.id, bytes = info.size_bytes, ms = info.took_ms, "checkpoint taken");
+                Outcome {
+                    status: Status::Completed,
+                    exit_code: Some(0),
+                    stdout: serde_json::to_string(&info).unwrap_or_default(),
+                    stderr: String::new(),
+                    duration_ms,
+                    ..Outcome::internal_error("")
+                }
+            }
+            Err(why) => Outcome { status: Status::Completed, exit_code: Some(1), duration_ms, ..failed(why) },
+        };
+        self.finish(claimed, &Ran::without_child(outcome)).await;
+    }
+
+    /// Opens a new child for `s` from its latest checkpoint; returns the
+    /// checkpoint's id, or why it could not.
+    async fn restore_in_place(&self, s: &mut Opened) -> Result<String, String> {
+        let record = self.queue.get_session(&s.id).await.map_err(|e| e.to_string())?;
+        let Some(checkpoint) = record.as_ref().and_then(|r| r.latest_checkpoint()).map(|c| c.id.clone()) else {
+            return Err("it has no checkpoint".into());
+        };
+        let restore = self.load_restore(&checkpoint, s.language).await?;
+        let child = SessionChild::open(self.runner.sandbox(), s.language, restore).await.map_err(|e| e.to_string())?;
+        s.child = child;
+        info!(%checkpoint, "session restored after its process ended");
+        Ok(checkpoint)
+    }
+
+    /// Reads checkpoint `id` as what a child of `language` opens from.
+    async fn load_restore(&self, id: &str, language: Language) -> Result<Restore, String> {
+        let stored = self.queue.load_checkpoint(id).await.map_err(|e| e.to_string())?;
+        let Some(stored) = stored else { return Err(format!("checkpoint {id} has expired")) };
+        if stored.language != Some(language) {
+            return Err(format!("checkpoint {id} is of another language"));
+        }
+        let bytes = tokio::task::spawn_blocking(move || lz4_flex::decompress_size_prepended(&stored.data))
+            .await
+            .map_err(|e| e.to_string())?
+            .map_err(|e| format!("checkpoint {id} is damaged: {e}"))?;
+        Ok(match language {
+            Language::Python => Restore::Memory(bytes),
+            _ => Restore::Replay(serde_json::from_slice(&bytes).map_err(|e| format!("checkpoint {id} is damaged: {e}"))?),
+        })
+    }
+
+    async fn end_session(&self, s: &Opened, status: SessionStatus, reason: &str) {
+        let ttl = self.config.shared.result_ttl;
+        if let Err(e) = self.queue.end_session(&s.id, &s.owner, status, reason, ttl, Some(&self.config.name)).await {
+            warn!(error = %e, "could not record the session's end");
+        }
+    }
+
+    /// Routes session task `id` from the inbox: a destroy ends its session
+    /// here at once; anything else goes to its session's queue.
+    async fn route_session_task(&self, id: &str) {
+        let claimed = match self.queue.claim_session_task(id).await {
+            Ok(Some(claimed)) => claimed,
+            Ok(None) => return,
+            Err(e) => {
+                warn!(error = %e, %id, "could not read a session task");
+                return;
+            }
+        };
+        if !self.config.shared.signing_key.verify(&claimed.id, &claimed.payload, &claimed.signature) {
+            self.metrics.rejected_signatures.inc();
+            warn!(%id, "session task signature did not verify; it will not run");
+            let rejected = Outcome { status: Status::Rejected, ..Outcome::internal_error("job signature did not verify") };
+            self.finish(&claimed, &Ran::without_child(rejected)).await;
+            return;
+        }
+        let Ok(spec) = serde_json::from_str::<JobSpec>(&claimed.payload) else {
+            self.finish(&claimed, &Ran::without_child(Outcome::internal_error("unreadable session task"))).await;
+            return;
+        };
+        let Some(task) = spec.session.clone() else { return };
+        let routed = {
+            let live = self.sessions.lock();
+            match (live.get(&task.id), &task.op) {
+                (Some(session), SessionOp::Destroy) => {
+                    session.end.cancel();
+                    Ok(true)
+                }
+                (Some(session), _) => Ok(session.tasks.send((claimed.clone(), spec)).is_ok()),
+                (None, _) => Err(()),
+            }
+        };
+        match routed {
+            Ok(true) if matches!(task.op, SessionOp::Destroy) => {
+                let done = Outcome { status: Status::Completed, exit_code: Some(0), ..Outcome::internal_error("") };
+                self.finish(&claimed, &Ran::without_child(done)).await;
+            }
+            Ok(true) => {}
+            _ => {
+                let lost = Outcome {
+                    status: Status::WorkerLost,
+                    ..Outcome::internal_error("the session's process is no longer on its worker")
+                };
+                self.finish(&claimed, &Ran::without_child(lost)).await;
+            }
+        }
+    }
+}
+
+/// Reads this worker's inbox until `stop`, routing each task.
+pub(crate) async fn inbox(worker: Arc<Worker>, blocking: Queue, stop: CancellationToken) {
+    while !stop.is_cancelled() {
+        let next = tokio::select! {
+            next = blocking.next_session_task(&worker.config.name, INBOX_BLOCK) => next,
+            () = stop.cancelled() => return,
+        };
+        match next {
+            Ok(Some(id)) => worker.route_session_task(&id).await,
+            Ok(None) => {}
+            Err(e) => {
+                worker.metrics.redis_errors.inc();
+                warn!(error = %e, "could not read the session inbox");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+        }
+    }
+}
+
+/// A session step that failed: exit 1, and why on stderr.
+fn failed(message: String) -> Outcome {
+    Outcome { status: Status::Completed, exit_code: Some(1), ..Outcome::internal_error(message) }
+}
