@@ -1,4 +1,4 @@
-use runbox_common::{ConfigError, SharedConfig, Timeouts, env_or, env_required};
+use runbox_common::{ConfigError, SessionLimits, SharedConfig, Timeouts, env_or, env_required};
 
 use crate::auth::Tokens;
 use crate::callbacks::CallbackConfig;
@@ -18,6 +18,8 @@ pub struct ApiConfig {
     pub callbacks: CallbackConfig,
     /// `RUNBOX_QUOTAS`.
     pub quotas: Quotas,
+    /// Idle timeouts, lifetime, per-token cap and checkpoint TTL of sessions.
+    pub sessions: SessionLimits,
 }
 
 /// What the api accepts.
@@ -99,6 +101,7 @@ impl ApiConfig {
                 &env_or("RUNBOX_CALLBACK_ALLOW", String::new())?,
             )?,
             quotas: Quotas::parse(&env_or("RUNBOX_QUOTAS", String::new())?)?,
+            sessions: SessionLimits::from_env()?,
         })
     }
 }

@@ -39,6 +39,23 @@ pub enum ApiError {
     Unavailable(#[source] runbox_common::QueueError),
     #[error("{} of {total} jobs are invalid; nothing was queued", errors.len())]
     InvalidBatch { total: usize, errors: Vec<BatchItemError> },
+    #[error("no such session (or not yours)")]
+    NoSession,
+    /// A session that has ended: its status and why.
+    #[error("the session has ended ({status}): {reason}")]
+    SessionEnded { status: runbox_common::SessionStatus, reason: String },
+    #[error("{0}")]
+    SessionBusy(String),
+    /// The caller holds this many live sessions already.
+    #[error("this token already holds {0} live sessions, the most allowed (RUNBOX_SESSIONS_PER_TOKEN); destroy one first")]
+    TooManySessions(u64),
+    #[error("no such checkpoint (or not yours, or expired)")]
+    NoCheckpoint,
+    #[error("{0}")]
+    CheckpointFailed(String),
+    /// No worker could open the session; the message says why.
+    #[error("{0}")]
+    SessionUnavailable(String),
 }
 
 /// What is wrong with one job of a batch.
@@ -73,6 +90,20 @@ impl ApiError {
             ApiError::QuotaExceeded { .. } => (StatusCode::TOO_MANY_REQUESTS, "quota_exceeded"),
             ApiError::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
             ApiError::InvalidBatch { .. } => (StatusCode::BAD_REQUEST, "invalid_batch"),
+            ApiError::NoSession => (StatusCode::NOT_FOUND, "no_session"),
+            ApiError::SessionEnded { status, .. } => (
+                StatusCode::GONE,
+                match status {
+                    runbox_common::SessionStatus::Lost => "session_lost",
+                    runbox_common::SessionStatus::Expired => "session_expired",
+                    _ => "session_closed",
+                },
+            ),
+            ApiError::SessionBusy(_) => (StatusCode::CONFLICT, "session_busy"),
+            ApiError::TooManySessions(_) => (StatusCode::TOO_MANY_REQUESTS, "too_many_sessions"),
+            ApiError::NoCheckpoint => (StatusCode::NOT_FOUND, "no_checkpoint"),
+            ApiError::CheckpointFailed(_) => (StatusCode::UNPROCESSABLE_ENTITY, "checkpoint_failed"),
+            ApiError::SessionUnavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "session_unavailable"),
         }
     }
 }

@@ -209,7 +209,7 @@ fn owned(record: Option<JobRecord>, caller: &Caller) -> Result<JobRecord, ApiErr
 }
 
 /// Reads job `id`, waiting up to `wait` for it to reach a final status.
-async fn wait_for(state: &AppState, id: &str, wait: Duration) -> Result<Option<JobRecord>, ApiError> {
+pub(crate) async fn wait_for(state: &AppState, id: &str, wait: Duration) -> Result<Option<JobRecord>, ApiError> {
     if uuid::Uuid::parse_str(id).is_err() {
         return Ok(None);
     }

@@ -8,6 +8,7 @@
 //!
 //! - `jobs`: the `/v1/jobs` handlers and the job object.
 //! - `batches`: the `/v1/batches` handlers: many jobs as one.
+//! - `sessions`: the `/v1/sessions` handlers: state that lasts across execs.
 //! - `callbacks`: signed delivery of finished jobs and batches to `callback_url`.
 //! - `validate`: request body → job spec, with errors that say what to fix.
 //! - `auth`: bearer tokens, compared in constant time.
@@ -25,6 +26,7 @@ mod error;
 mod jobs;
 mod metrics;
 mod quotas;
+mod sessions;
 mod validate;
 mod waiters;
 
@@ -88,6 +90,11 @@ pub fn app(state: AppState) -> Router {
     let v1 = Router::new()
         .route("/v1/jobs", axum::routing::post(jobs::submit))
         .route("/v1/jobs/{id}", get(jobs::get).delete(jobs::cancel))
+        .route("/v1/sessions", get(sessions::list).post(sessions::create))
+        .route("/v1/sessions/{id}", get(sessions::get).delete(sessions::destroy))
+        .route("/v1/sessions/{id}/exec", axum::routing::post(sessions::exec))
+        .route("/v1/sessions/{id}/checkpoints", axum::routing::post(sessions::checkpoint))
+        .route("/v1/sessions/{id}/fork", axum::routing::post(sessions::fork))
         .route("/v1/runtimes", get(runtimes))
         .route("/metrics", get(metrics))
         .layer(DefaultBodyLimit::max(state.config.limits.max_body_bytes()))

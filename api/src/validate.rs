@@ -132,6 +132,7 @@ pub fn job_spec_fields(fields: &Map<String, Value>, limits: &ApiLimits) -> Resul
         files,
         return_files,
         shared_lane: None,
+        session: None,
     })
 }
 

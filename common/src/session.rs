@@ -71,6 +71,12 @@ pub enum SessionStatus {
     Lost,
 }
 
+impl std::fmt::Display for SessionStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 impl SessionStatus {
     pub fn as_str(self) -> &'static str {
         match self {
@@ -281,12 +287,14 @@ redis.call('LPUSH', KEYS[3], ARGV[2])
 return 'sent'
 ";
 
-// KEYS: session. ARGV: worker. Busy → idle after an exec or checkpoint.
+// KEYS: session. ARGV: worker, execs run, the checkpoint it was restored
+// from meanwhile or ''. Busy → idle after an exec or checkpoint.
 const IDLE: &str = r"
 local status, worker = unpack(redis.call('HMGET', KEYS[1], 'status', 'worker'))
 if status ~= 'busy' or worker ~= ARGV[1] then return 0 end
 redis.call('HSET', KEYS[1], 'status', 'idle', 'last_used_ms', now_ms())
 redis.call('HINCRBY', KEYS[1], 'execs', tonumber(ARGV[2]))
+if ARGV[3] ~= '' then redis.call('HSET', KEYS[1], 'restored_from', ARGV[3]) end
 return 1
 ";
 
@@ -512,12 +520,20 @@ impl Queue {
         }))
     }
 
-    /// Busy → idle on `worker`, after a task that ran `execs` programs.
-    pub async fn session_idle(&self, id: &str, worker: &str, execs: u64) -> Result<(), QueueError> {
+    /// Busy → idle on `worker`, after a task that ran `execs` programs and
+    /// during which the session may have been `restored_from` a checkpoint.
+    pub async fn session_idle(
+        &self,
+        id: &str,
+        worker: &str,
+        execs: u64,
+        restored_from: Option<&str>,
+    ) -> Result<(), QueueError> {
         let _: i64 = IDLE_SCRIPT
             .key(self.keys.session(id))
             .arg(worker)
             .arg(execs)
+            .arg(restored_from.unwrap_or(""))
             .invoke_async(&mut self.conn.clone())
             .await?;
         Ok(())

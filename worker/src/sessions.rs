@@ -177,7 +177,7 @@ impl Worker {
     async fn session_exec(&self, s: &mut Opened, claimed: &Claimed, spec: &JobSpec) -> bool {
         if !matches!(self.queue.start(claimed, &self.config.name, &now_rfc3339()).await, Ok(Some(_))) {
             // Cancelled before it began: the session is untouched.
-            let _ = self.queue.session_idle(&s.id, &self.config.name, 0).await;
+            let _ = self.queue.session_idle(&s.id, &self.config.name, 0, None).await;
             let cancelled = Outcome { status: Status::Cancelled, ..Outcome::internal_error("") };
             self.finish(claimed, &Ran::without_child(cancelled)).await;
             return true;
@@ -191,10 +191,12 @@ impl Worker {
         self.running.lock().unwrap_or_else(|p| p.into_inner()).remove(&claimed.id);
         let ended_ms = now_unix_ms();
         let mut kept = alive;
+        let mut restored = None;
         if !alive && !s.end.is_cancelled() {
             match self.restore_in_place(s).await {
                 Ok(checkpoint) => {
                     kept = true;
+                    restored = Some(checkpoint.clone());
                     outcome.stderr.push_str(&format!(
                         "\nrunbox: the session's process ended ({}); the session was restored from checkpoint {checkpoint}; \
                          what ran after that checkpoint is gone\n",
@@ -208,7 +210,7 @@ impl Worker {
             }
         }
         if kept {
-            let _ = self.queue.session_idle(&s.id, &self.config.name, 1).await;
+            let _ = self.queue.session_idle(&s.id, &self.config.name, 1, restored.as_deref()).await;
         }
         self.finish(claimed, &Ran { outcome, boot: Duration::ZERO, ended_ms, session: None }).await;
         kept
@@ -250,7 +252,7 @@ impl Worker {
             }
             Err(e) => Err(e),
         };
-        let _ = self.queue.session_idle(&s.id, &self.config.name, 0).await;
+        let _ = self.queue.session_idle(&s.id, &self.config.name, 0, None).await;
         let duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(0);
         let outcome = match stored {
             Ok(info) => {

@@ -102,9 +102,13 @@ export function signalReady() {
   writeAll(1, encode(READY));
 }
 
-/** Ends a shared-lane job: see the header. */
-export function signalEnd(nonce, status, clean) {
-  writeAll(1, encode(`${END_MARKER}${nonce}:${status}:${clean ? 1 : 0}\n`));
+/**
+ * Ends a shared-lane job or a session's step: see the header. `flag` is
+ * whether the child is clean (true/false), or 2 for a session exec that
+ * was interrupted at its deadline.
+ */
+export function signalEnd(nonce, status, flag) {
+  writeAll(1, encode(`${END_MARKER}${nonce}:${status}:${flag === 2 ? 2 : flag ? 1 : 0}\n`));
   writeAll(2, encode(`${END_MARKER}${nonce}\n`));
 }
 

@@ -123,6 +123,14 @@ export async function pyodideFactory(dir, snapshotPath) {
   };
 }
 
+/**
+ * Loads Pyodide's Emscripten script now, while the child may still read
+ * it: an instance built later, after read access is gone, finds it loaded.
+ */
+export async function preloadScript(dir) {
+  await withShims(dir, () => import(`file://${dir}/pyodide.asm.js`));
+}
+
 /** Runs `load` with the globals Pyodide's Emscripten script expects in Node. */
 async function withShims(dir, load) {
   globalThis.require = require;

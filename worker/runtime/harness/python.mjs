@@ -17,7 +17,14 @@
 // child asks to be replaced.
 //
 // With `session`, the child is one session's interpreter: see session.mjs.
-import { installPackages, loadPyodideFrom, PACKAGES_ZIP, pyodideFactory, readPackages } from "./pyodide.mjs";
+import {
+  installPackages,
+  loadPyodideFrom,
+  PACKAGES_ZIP,
+  preloadScript,
+  pyodideFactory,
+  readPackages,
+} from "./pyodide.mjs";
 import {
   awaitJob,
   base64,
@@ -149,9 +156,12 @@ dropPersistentStorage();
 
 if (session) {
   const newInstance = await pyodideFactory(pyodideDir, snapshotPath === "-" ? null : snapshotPath);
+  // The instance is built from what the runner sends after READY, when the
+  // child can read nothing any more.
+  await preloadScript(pyodideDir);
   Deno.permissions.revokeSync({ name: "read" });
   hideHostDetails("file:///main.py", [], true);
-  await serveSession({ newInstance, prepare, runJob, wasmMemories, memoryOut: ENDED_BY_MEMORY_ERROR });
+  await serveSession({ newInstance, prepare, runJob });
 }
 
 if (!shared) {

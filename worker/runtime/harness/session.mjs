@@ -26,7 +26,7 @@ const HOME = "/home/pyodide";
 const SESSION_DIRS = [HOME, "/tmp"];
 
 /** Serves a Python session until the runner closes stdin or kills it. */
-export async function serveSession({ newInstance, prepare, runJob, wasmMemories, memoryOut }) {
+export async function serveSession({ newInstance, prepare, runJob }) {
   signalReady();
   const open = readFrame();
   let instance;
@@ -43,7 +43,12 @@ export async function serveSession({ newInstance, prepare, runJob, wasmMemories,
   signalEnd(open.nonce, status, true);
   if (!instance) return await new Promise(() => {});
 
-  const interrupt = new Uint8Array(new SharedArrayBuffer(1));
+  // Byte 0 is Pyodide's interrupt buffer, which Pyodide clears once it
+  // has raised the KeyboardInterrupt; the timer also sets byte 1, so the
+  // harness can tell afterwards that the deadline passed.
+  const flags = new SharedArrayBuffer(2);
+  const interrupt = new Uint8Array(flags, 0, 1);
+  const fired = new Uint8Array(flags, 1, 1);
   instance.pyodide.setInterruptBuffer(interrupt);
   const timer = interruptTimer();
   let execs = 0;
@@ -54,17 +59,16 @@ export async function serveSession({ newInstance, prepare, runJob, wasmMemories,
       continue;
     }
     execs += 1;
-    interrupt[0] = 0;
-    const armed = { deadline: true };
-    timer.postMessage({ buffer: interrupt.buffer, after: frame.timeout_ms, exec: execs });
+    Atomics.store(interrupt, 0, 0);
+    Atomics.store(fired, 0, 0);
+    timer.postMessage({ buffer: flags, after: frame.timeout_ms, exec: execs });
     const name = `<exec ${execs}>`;
     const run = (code) => instance.runInSession.callPromising(code, name);
     const result = await runJob(instance, frame, new TextEncoder().encode(frame.stdin ?? ""), run);
     timer.postMessage({ exec: execs, cancel: true });
-    armed.deadline = interrupt[0] !== 0;
-    interrupt[0] = 0;
-    wasmMemories.length = Math.min(wasmMemories.length, 1);
-    signalEnd(frame.nonce, result & 0xff & ~memoryOut, armed.deadline ? 2 : 1);
+    const interrupted = Atomics.load(fired, 0) !== 0;
+    Atomics.store(interrupt, 0, 0);
+    signalEnd(frame.nonce, result & 0xff, interrupted ? 2 : 1);
   }
 }
 
@@ -78,8 +82,12 @@ self.onmessage = ({ data }) => {
     pending = null;
     return;
   }
-  const flag = new Uint8Array(data.buffer);
-  pending = { exec: data.exec, timer: setTimeout(() => { Atomics.store(flag, 0, 2); }, data.after) };
+  const flags = new Uint8Array(data.buffer);
+  const fire = () => {
+    Atomics.store(flags, 1, 1);
+    Atomics.store(flags, 0, 2); // SIGINT
+  };
+  pending = { exec: data.exec, timer: setTimeout(fire, data.after) };
 };`;
   const url = URL.createObjectURL(new Blob([source], { type: "text/javascript" }));
   const worker = new Worker(url, { type: "module", name: "runbox-interrupt" });
@@ -122,7 +130,8 @@ function unpack(bytes) {
   const length = new DataView(bytes.buffer, bytes.byteOffset).getUint32(MAGIC.length, true);
   const at = MAGIC.length + 4;
   const files = JSON.parse(new TextDecoder().decode(bytes.subarray(at, at + length)));
-  return { files, memory: bytes.subarray(at + length) };
+  // A copy: Pyodide reads the image through aligned typed arrays.
+  return { files, memory: bytes.slice(at + length) };
 }
 
 /** The regular files under the session's directories, base64. */

@@ -1,0 +1,529 @@
+//! The `/v1/sessions` handlers: sessions whose state lasts across execs.
+//!
+//! Every step is a signed job (see `runbox_common::session`): a session
+//! starts through the ordinary queue, and its execs, checkpoints and
+//! destroys go to the one worker that holds it. An exec on a busy session
+//! is refused with 409 rather than queued: an agent that sends two at once
+//! has a bug, and waiting would hide it.
+//!
+//! When the worker holding a session has stopped answering, the next call
+//! starts the session again on another worker from its latest checkpoint
+//! (the response says so), or ends it as lost (410 `session_lost`).
+
+use std::time::Duration;
+
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use runbox_common::{
+    CheckpointInfo, Enqueued, JobRecord, JobSpec, Language, Outcome, Recovery, Sent, SessionOp, SessionRecord,
+    SessionStatus, SessionTask, Status, now_rfc3339, now_unix_ms, rfc3339_at_unix_ms,
+};
+use serde::Serialize;
+use serde_json::{Map, Value};
+
+use crate::AppState;
+use crate::auth::Caller;
+use crate::error::ApiError;
+use crate::jobs::{JobView, json_body, wait_for};
+use crate::validate;
+
+/// How long creating a session waits for a worker to open it before
+/// answering 202 with the session still `starting`.
+const START_WAIT: Duration = Duration::from_secs(60);
+
+/// A worker whose last heartbeat (every 2 s) is older than this is taken
+/// for dead, and its sessions are brought back elsewhere.
+const WORKER_SILENT_MS: u64 = 8_000;
+
+/// How long an exec may take beyond its own timeout before the api answers
+/// 202 and leaves the client to poll `GET /v1/jobs/{id}`.
+const EXEC_MARGIN: Duration = Duration::from_secs(30);
+
+/// How often a waiting exec checks that its worker is still alive.
+const LIVENESS_EVERY: Duration = Duration::from_secs(2);
+
+/// How long taking a checkpoint may take before the api gives up waiting.
+const CHECKPOINT_WAIT: Duration = Duration::from_secs(120);
+
+/// The session object every route returns.
+#[derive(Serialize)]
+pub struct SessionView {
+    id: String,
+    language: Language,
+    status: SessionStatus,
+    /// The worker holding its process.
+    worker: Option<String>,
+    created_at: String,
+    last_used_at: String,
+    idle_timeout_s: u64,
+    /// When its lifetime ends.
+    expires_at: String,
+    execs: u64,
+    checkpoints: Vec<CheckpointInfo>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ended_reason: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    restored_from: Option<String>,
+}
+
+impl From<SessionRecord> for SessionView {
+    fn from(r: SessionRecord) -> Self {
+        SessionView {
+            id: r.id,
+            language: r.language,
+            status: r.status,
+            worker: r.worker,
+            created_at: r.created_at,
+            last_used_at: rfc3339_at_unix_ms(r.last_used_ms),
+            idle_timeout_s: r.idle_timeout_s,
+            expires_at: rfc3339_at_unix_ms(r.expires_at_ms),
+            execs: r.execs,
+            checkpoints: r.checkpoints,
+            ended_reason: r.ended_reason,
+            restored_from: r.restored_from,
+        }
+    }
+}
+
+/// An exec's answer: the job object, plus what happened to the session.
+#[derive(Serialize)]
+pub struct ExecView {
+    #[serde(flatten)]
+    job: JobView,
+    session: ExecSession,
+}
+
+#[derive(Serialize)]
+struct ExecSession {
+    id: String,
+    status: SessionStatus,
+    /// Set when the session was brought back from this checkpoint during
+    /// the call: what ran after the checkpoint is gone.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    restored_from: Option<String>,
+}
+
+pub async fn create(
+    State(state): State<AppState>,
+    caller: Caller,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let body = json_body(&headers, body, state.config.limits.max_body_bytes())?;
+    let fields = validate::json_object(&body)?;
+    allow_only(&fields, &["language", "idle_timeout_s", "from_checkpoint"])?;
+    let checkpoint = match fields.get("from_checkpoint") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(id)) => Some(id.clone()),
+        Some(_) => return Err(ApiError::InvalidField("from_checkpoint must be a checkpoint id".into())),
+    };
+    let asked = match fields.get("language") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(name)) => Some(name.parse::<Language>().map_err(|e| ApiError::InvalidField(e.to_string()))?),
+        Some(_) => return Err(ApiError::InvalidField("language must be a string".into())),
+    };
+    let language = match &checkpoint {
+        Some(id) => {
+            let stored = owned_checkpoint(&state, &caller, id).await?;
+            match (asked, stored) {
+                (Some(asked), stored) if asked != stored => {
+                    return Err(ApiError::InvalidField(format!("checkpoint {id} is a {stored} session, not {asked}")));
+                }
+                (_, stored) => stored,
+            }
+        }
+        None => asked.ok_or_else(|| ApiError::InvalidField("language is required: python or javascript".into()))?,
+    };
+    if language == Language::Typescript {
+        return Err(ApiError::InvalidField(
+            "sessions run python or javascript: a TypeScript exec would need its types stripped inside the sandbox, \
+             which runbox does not do; run TypeScript as jobs"
+                .into(),
+        ));
+    }
+    let limits = state.config.sessions;
+    let idle = match fields.get("idle_timeout_s") {
+        None | Some(Value::Null) => limits.default_idle,
+        Some(value) => match value.as_u64() {
+            Some(s) if (1..=limits.max_idle.as_secs()).contains(&s) => Duration::from_secs(s),
+            _ => {
+                return Err(ApiError::InvalidField(format!(
+                    "idle_timeout_s must be a whole number of seconds from 1 to {}",
+                    limits.max_idle.as_secs()
+                )));
+            }
+        },
+    };
+    let id = uuid::Uuid::new_v4().to_string();
+    let expires_at_ms = now_unix_ms() + millis(limits.lifetime);
+    let ttl = state.config.shared.result_ttl;
+    let created = state
+        .queue
+        .create_session(&id, &caller.0, language, idle, expires_at_ms, &now_rfc3339(), limits.per_token, ttl)
+        .await?;
+    if !created {
+        return Err(ApiError::TooManySessions(limits.per_token));
+    }
+    tracing::info!(session = %id, %language, from_checkpoint = ?checkpoint, "session created");
+    let started = start(&state, &caller, &id, language, checkpoint, millis(idle), expires_at_ms).await;
+    let record = match started {
+        Ok(record) => record,
+        Err(e) => {
+            let reason = format!("it could not start: {e}");
+            state.queue.end_session(&id, &caller.0, SessionStatus::Lost, &reason, ttl, None).await?;
+            return Err(e);
+        }
+    };
+    let code = if record.status == SessionStatus::Starting { StatusCode::ACCEPTED } else { StatusCode::CREATED };
+    Ok((code, Json(SessionView::from(record))).into_response())
+}
+
+pub async fn list(State(state): State<AppState>, caller: Caller) -> Result<Json<Value>, ApiError> {
+    let sessions = state.queue.owner_sessions(&caller.0).await?;
+    let views: Vec<SessionView> = sessions.into_iter().map(SessionView::from).collect();
+    Ok(Json(serde_json::json!({ "sessions": views })))
+}
+
+pub async fn get(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> Result<Json<SessionView>, ApiError> {
+    Ok(Json(owned(&state, &caller, &id).await?.into()))
+}
+
+pub async fn destroy(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> Result<Json<SessionView>, ApiError> {
+    let session = live(owned(&state, &caller, &id).await?)?;
+    if let Some(worker) = &session.worker {
+        let spec = step(session.language, &id, SessionOp::Destroy);
+        send(&state, &caller, &session, worker, &spec, false).await?;
+    }
+    let ttl = state.config.shared.result_ttl;
+    state.queue.end_session(&id, &caller.0, SessionStatus::Closed, "destroyed by its owner", ttl, None).await?;
+    tracing::info!(session = %id, "session destroyed");
+    Ok(Json(owned(&state, &caller, &id).await?.into()))
+}
+
+pub async fn exec(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let body = json_body(&headers, body, state.config.limits.max_body_bytes())?;
+    let mut fields = validate::json_object(&body)?;
+    allow_only(&fields, &["code", "stdin", "timeout_ms"])?;
+    let (session, restored) = ready(&state, &caller, &id).await?;
+    fields.insert("language".into(), Value::String(session.language.as_str().into()));
+    let mut spec = validate::job_spec_fields(&fields, &state.config.limits)?;
+    if session.language == Language::Javascript && !spec.stdin.is_empty() {
+        return Err(ApiError::InvalidField(
+            "stdin is not available in a JavaScript session: pass data in the code, or use a job".into(),
+        ));
+    }
+    let timeout = state.config.limits.timeouts.for_job(spec.timeout_ms);
+    spec.timeout_ms = Some(millis(timeout));
+    spec.session = Some(SessionTask { id: id.clone(), op: SessionOp::Exec });
+    let worker = session.worker.clone().unwrap_or_default();
+    let job = send(&state, &caller, &session, &worker, &spec, true).await?;
+    let Some(record) = wait_on_worker(&state, &job, &worker, timeout + EXEC_MARGIN).await? else {
+        let body = serde_json::json!({ "id": job, "status": Status::Running });
+        return Ok((StatusCode::ACCEPTED, Json(body)).into_response());
+    };
+    let after = owned(&state, &caller, &id).await?;
+    let restored = restored.or_else(|| after.restored_from.clone().filter(|r| session.restored_from.as_ref() != Some(r)));
+    let view = ExecView {
+        job: JobView::from(record),
+        session: ExecSession { id, status: after.status, restored_from: restored },
+    };
+    Ok(Json(view).into_response())
+}
+
+pub async fn checkpoint(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let info = take_checkpoint(&state, &caller, &id).await?;
+    Ok((StatusCode::CREATED, Json(info)).into_response())
+}
+
+pub async fn fork(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let info = take_checkpoint(&state, &caller, &id).await?;
+    let parent = owned(&state, &caller, &id).await?;
+    let limits = state.config.sessions;
+    let child = uuid::Uuid::new_v4().to_string();
+    let idle = Duration::from_secs(parent.idle_timeout_s);
+    let expires_at_ms = now_unix_ms() + millis(limits.lifetime);
+    let ttl = state.config.shared.result_ttl;
+    let created = state
+        .queue
+        .create_session(&child, &caller.0, parent.language, idle, expires_at_ms, &now_rfc3339(), limits.per_token, ttl)
+        .await?;
+    if !created {
+        return Err(ApiError::TooManySessions(limits.per_token));
+    }
+    let started = start(&state, &caller, &child, parent.language, Some(info.id.clone()), millis(idle), expires_at_ms).await;
+    let record = match started {
+        Ok(record) => record,
+        Err(e) => {
+            let reason = format!("it could not start: {e}");
+            state.queue.end_session(&child, &caller.0, SessionStatus::Lost, &reason, ttl, None).await?;
+            return Err(e);
+        }
+    };
+    tracing::info!(session = %id, fork = %child, checkpoint = %info.id, "session forked");
+    let code = if record.status == SessionStatus::Starting { StatusCode::ACCEPTED } else { StatusCode::CREATED };
+    Ok((code, Json(SessionView::from(record))).into_response())
+}
+
+/// Takes a checkpoint of session `id` and returns what was stored.
+async fn take_checkpoint(state: &AppState, caller: &Caller, id: &str) -> Result<CheckpointInfo, ApiError> {
+    let (session, _) = ready(state, caller, id).await?;
+    let checkpoint = uuid::Uuid::new_v4().to_string();
+    let spec = step(session.language, id, SessionOp::Checkpoint { checkpoint });
+    let worker = session.worker.clone().unwrap_or_default();
+    let job = send(state, caller, &session, &worker, &spec, true).await?;
+    let record = wait_on_worker(state, &job, &worker, CHECKPOINT_WAIT).await?;
+    let outcome = record.and_then(|r| r.outcome.filter(|_| r.status.is_final()));
+    match outcome {
+        Some(Outcome { status: Status::Completed, exit_code: Some(0), stdout, .. }) => serde_json::from_str(&stdout)
+            .map_err(|e| ApiError::CheckpointFailed(format!("the worker's answer was unreadable: {e}"))),
+        Some(Outcome { status: Status::Completed, stderr, .. }) => Err(ApiError::CheckpointFailed(stderr)),
+        Some(outcome) => Err(ApiError::SessionUnavailable(format!(
+            "the checkpoint did not finish ({}); the session's worker may have stopped",
+            outcome.status.as_str()
+        ))),
+        None => Err(ApiError::SessionUnavailable("the checkpoint is taking too long; try again".into())),
+    }
+}
+
+/// Enqueues the start job of session `id` and waits for a worker to open it.
+async fn start(
+    state: &AppState,
+    caller: &Caller,
+    id: &str,
+    language: Language,
+    checkpoint: Option<String>,
+    idle_timeout_ms: u64,
+    expires_at_ms: u64,
+) -> Result<SessionRecord, ApiError> {
+    let op = SessionOp::Start { owner: caller.0.clone(), checkpoint, idle_timeout_ms, expires_at_ms };
+    let spec = step(language, id, op);
+    let job = uuid::Uuid::new_v4().to_string();
+    let payload = serde_json::to_string(&spec).map_err(|e| ApiError::InvalidJson(e.to_string()))?;
+    let signature = state.config.shared.signing_key.sign(&job, &payload);
+    let enqueued = state
+        .queue
+        .enqueue(
+            &job,
+            &caller.0,
+            language.as_str(),
+            &payload,
+            &signature,
+            state.config.limits.max_queue,
+            &now_rfc3339(),
+            None,
+            None,
+            state.config.quotas.of(&caller.0),
+        )
+        .await?;
+    match enqueued {
+        Enqueued::Accepted | Enqueued::Duplicate(_) => {}
+        Enqueued::Full => return Err(ApiError::QueueFull),
+        Enqueued::OverQuota(which) => return Err(ApiError::over_quota(which, state.config.quotas.of(&caller.0))),
+    }
+    let record = wait_for(state, &job, START_WAIT).await?;
+    match record.and_then(|r| r.outcome.filter(|_| r.status.is_final())) {
+        None => {}
+        Some(Outcome { status: Status::Completed, exit_code: Some(0), .. }) => {}
+        Some(outcome) => {
+            let why = if outcome.stderr.is_empty() { outcome.status.as_str().to_owned() } else { outcome.stderr };
+            return Err(ApiError::SessionUnavailable(format!("no worker could open the session: {why}")));
+        }
+    }
+    state.queue.get_session(id).await?.ok_or(ApiError::NoSession)
+}
+
+/// Session `id`, live and on a live worker, ready for a task: a session
+/// whose worker has stopped answering is first brought back elsewhere from
+/// its latest checkpoint (whose id is returned), or ends as lost.
+async fn ready(state: &AppState, caller: &Caller, id: &str) -> Result<(SessionRecord, Option<String>), ApiError> {
+    let session = live(owned(state, caller, id).await?)?;
+    match session.status {
+        SessionStatus::Starting | SessionStatus::Restoring => {
+            return Err(ApiError::SessionBusy("the session is still starting; try again shortly".into()));
+        }
+        SessionStatus::Busy => return Err(busy()),
+        _ => {}
+    }
+    let worker = session.worker.clone().unwrap_or_default();
+    if worker_alive(state, &worker).await? {
+        return Ok((session, None));
+    }
+    let ttl = state.config.shared.result_ttl;
+    match state.queue.recover_session(id, &caller.0, &worker, ttl).await? {
+        Recovery::Restore(checkpoint) => {
+            tracing::warn!(session = %id, %worker, %checkpoint, "session's worker stopped answering: restoring it elsewhere");
+            let started = start(
+                state,
+                caller,
+                id,
+                session.language,
+                Some(checkpoint.clone()),
+                session.idle_timeout_s * 1000,
+                session.expires_at_ms,
+            )
+            .await;
+            if let Err(e) = started {
+                let reason = format!("its worker stopped and it could not be restored: {e}");
+                state.queue.end_session(id, &caller.0, SessionStatus::Lost, &reason, ttl, None).await?;
+                return Err(e);
+            }
+            let session = live(owned(state, caller, id).await?)?;
+            if session.status != SessionStatus::Idle {
+                return Err(ApiError::SessionBusy("the session is still being restored; try again shortly".into()));
+            }
+            Ok((session, Some(checkpoint)))
+        }
+        Recovery::Lost => {
+            tracing::warn!(session = %id, %worker, "session's worker stopped answering and it had no checkpoint");
+            Err(live(owned(state, caller, id).await?).err().unwrap_or(ApiError::NoSession))
+        }
+        Recovery::Changed => Ok((live(owned(state, caller, id).await?)?, None)),
+    }
+}
+
+/// Signs `spec` as a new job and hands it to `worker`, which holds `session`.
+async fn send(
+    state: &AppState,
+    caller: &Caller,
+    session: &SessionRecord,
+    worker: &str,
+    spec: &JobSpec,
+    needs_idle: bool,
+) -> Result<String, ApiError> {
+    let job = uuid::Uuid::new_v4().to_string();
+    let payload = serde_json::to_string(spec).map_err(|e| ApiError::InvalidJson(e.to_string()))?;
+    let signature = state.config.shared.signing_key.sign(&job, &payload);
+    let sent = state
+        .queue
+        .send_to_session(
+            &session.id,
+            worker,
+            &job,
+            &caller.0,
+            session.language,
+            &payload,
+            &signature,
+            &now_rfc3339(),
+            needs_idle,
+        )
+        .await?;
+    match sent {
+        Sent::Sent => Ok(job),
+        Sent::Busy => Err(busy()),
+        Sent::Moved => Err(ApiError::SessionBusy("the session moved to another worker meanwhile; try again".into())),
+        Sent::Gone => Err(live(owned(state, caller, &session.id).await?).err().unwrap_or(ApiError::NoSession)),
+    }
+}
+
+/// Waits up to `wait` for job `id`, which `worker` runs; if the worker
+/// stops answering meanwhile, the job ends as `worker_lost`.
+async fn wait_on_worker(
+    state: &AppState,
+    id: &str,
+    worker: &str,
+    wait: Duration,
+) -> Result<Option<JobRecord>, ApiError> {
+    let deadline = tokio::time::Instant::now() + wait;
+    loop {
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        let record = wait_for(state, id, left.min(LIVENESS_EVERY)).await?;
+        if record.as_ref().is_some_and(|r| r.status.is_final()) {
+            return Ok(record);
+        }
+        if left.is_zero() || state.stopping.is_cancelled() {
+            return Ok(None);
+        }
+        if !worker_alive(state, worker).await?
+            && let Some(claimed) = state.queue.claim_session_task(id).await?
+        {
+            let lost = Outcome {
+                status: Status::WorkerLost,
+                ..Outcome::internal_error("the session's worker stopped answering; the next call restores the session")
+            };
+            let now = now_unix_ms();
+            let ttl = state.config.shared.result_ttl;
+            state.queue.finish(&claimed, &lost, &now_rfc3339(), ttl, Duration::ZERO, now).await?;
+            return wait_for(state, id, Duration::ZERO).await;
+        }
+    }
+}
+
+async fn worker_alive(state: &AppState, name: &str) -> Result<bool, ApiError> {
+    let now = now_unix_ms();
+    let workers = state.queue.workers().await?;
+    Ok(workers.iter().any(|w| w.name == name && now.saturating_sub(w.seen_at_ms) < WORKER_SILENT_MS))
+}
+
+/// Session `id` if the caller owns it: another token's is as good as absent.
+async fn owned(state: &AppState, caller: &Caller, id: &str) -> Result<SessionRecord, ApiError> {
+    if uuid::Uuid::parse_str(id).is_err() {
+        return Err(ApiError::NoSession);
+    }
+    state.queue.get_session(id).await?.filter(|s| s.owner == caller.0).ok_or(ApiError::NoSession)
+}
+
+/// The language of checkpoint `id` if the caller owns it.
+async fn owned_checkpoint(state: &AppState, caller: &Caller, id: &str) -> Result<Language, ApiError> {
+    if uuid::Uuid::parse_str(id).is_err() {
+        return Err(ApiError::NoCheckpoint);
+    }
+    let stored = state.queue.load_checkpoint(id).await?.filter(|c| c.owner == caller.0);
+    stored.and_then(|c| c.language).ok_or(ApiError::NoCheckpoint)
+}
+
+/// `session` unless it has ended, in which case the 410 that says how.
+fn live(session: SessionRecord) -> Result<SessionRecord, ApiError> {
+    if session.status.is_final() {
+        let reason = session.ended_reason.clone().unwrap_or_else(|| session.status.as_str().to_owned());
+        return Err(ApiError::SessionEnded { status: session.status, reason });
+    }
+    Ok(session)
+}
+
+fn busy() -> ApiError {
+    ApiError::SessionBusy(
+        "the session is running another exec or taking a checkpoint; execs in one session run one at a time".into(),
+    )
+}
+
+/// A session step of `language` for session `id`.
+fn step(language: Language, id: &str, op: SessionOp) -> JobSpec {
+    JobSpec { session: Some(SessionTask { id: id.to_owned(), op }), ..JobSpec::new(language, "") }
+}
+
+fn allow_only(fields: &Map<String, Value>, allowed: &[&str]) -> Result<(), ApiError> {
+    match fields.keys().find(|k| !allowed.contains(&k.as_str())) {
+        Some(unknown) => Err(ApiError::UnknownField(format!("unknown field {unknown:?}; allowed: {}", allowed.join(", ")))),
+        None => Ok(()),
+    }
+}
+
+fn millis(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
+}
