@@ -47,7 +47,9 @@ pub enum ApiError {
     #[error("{0}")]
     SessionBusy(String),
     /// The caller holds this many live sessions already.
-    #[error("this token already holds {0} live sessions, the most allowed (RUNBOX_SESSIONS_PER_TOKEN); destroy one first")]
+    #[error(
+        "this token already holds {0} live sessions, the most allowed (RUNBOX_SESSIONS_PER_TOKEN); destroy one first"
+    )]
     TooManySessions(u64),
     #[error("no such checkpoint (or not yours, or expired)")]
     NoCheckpoint,

@@ -240,7 +240,8 @@ pub async fn exec(
         return Ok((StatusCode::ACCEPTED, Json(body)).into_response());
     };
     let after = owned(&state, &caller, &id).await?;
-    let restored = restored.or_else(|| after.restored_from.clone().filter(|r| session.restored_from.as_ref() != Some(r)));
+    let restored =
+        restored.or_else(|| after.restored_from.clone().filter(|r| session.restored_from.as_ref() != Some(r)));
     let view = ExecView {
         job: JobView::from(record),
         session: ExecSession { id, status: after.status, restored_from: restored },
@@ -257,11 +258,7 @@ pub async fn checkpoint(
     Ok((StatusCode::CREATED, Json(info)).into_response())
 }
 
-pub async fn fork(
-    State(state): State<AppState>,
-    caller: Caller,
-    Path(id): Path<String>,
-) -> Result<Response, ApiError> {
+pub async fn fork(State(state): State<AppState>, caller: Caller, Path(id): Path<String>) -> Result<Response, ApiError> {
     let info = take_checkpoint(&state, &caller, &id).await?;
     let parent = owned(&state, &caller, &id).await?;
     let limits = state.config.sessions;
@@ -276,7 +273,8 @@ pub async fn fork(
     if !created {
         return Err(ApiError::TooManySessions(limits.per_token));
     }
-    let started = start(&state, &caller, &child, parent.language, Some(info.id.clone()), millis(idle), expires_at_ms).await;
+    let started =
+        start(&state, &caller, &child, parent.language, Some(info.id.clone()), millis(idle), expires_at_ms).await;
     let record = match started {
         Ok(record) => record,
         Err(e) => {
@@ -519,7 +517,9 @@ fn step(language: Language, id: &str, op: SessionOp) -> JobSpec {
 
 fn allow_only(fields: &Map<String, Value>, allowed: &[&str]) -> Result<(), ApiError> {
     match fields.keys().find(|k| !allowed.contains(&k.as_str())) {
-        Some(unknown) => Err(ApiError::UnknownField(format!("unknown field {unknown:?}; allowed: {}", allowed.join(", ")))),
+        Some(unknown) => {
+            Err(ApiError::UnknownField(format!("unknown field {unknown:?}; allowed: {}", allowed.join(", "))))
+        }
         None => Ok(()),
     }
 }

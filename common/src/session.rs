@@ -352,13 +352,15 @@ const PREFIX: &str = "local PREFIX = ARGV[#ARGV]\n";
 
 static CREATE_SCRIPT: std::sync::LazyLock<Script> =
     std::sync::LazyLock::new(|| Script::new(&format!("{PREFIX}{NOW_MS}{PRUNE}{CREATE}")));
-static READY_SCRIPT: std::sync::LazyLock<Script> = std::sync::LazyLock::new(|| Script::new(&format!("{NOW_MS}{READY}")));
+static READY_SCRIPT: std::sync::LazyLock<Script> =
+    std::sync::LazyLock::new(|| Script::new(&format!("{NOW_MS}{READY}")));
 static SEND_SCRIPT: std::sync::LazyLock<Script> = std::sync::LazyLock::new(|| Script::new(&format!("{NOW_MS}{SEND}")));
 static IDLE_SCRIPT: std::sync::LazyLock<Script> = std::sync::LazyLock::new(|| Script::new(&format!("{NOW_MS}{IDLE}")));
 static END_SCRIPT: std::sync::LazyLock<Script> = std::sync::LazyLock::new(|| Script::new(END));
 static RECOVER_SCRIPT: std::sync::LazyLock<Script> =
     std::sync::LazyLock::new(|| Script::new(&format!("{PREFIX}{RECOVER}")));
-static STORE_CHECKPOINT_SCRIPT: std::sync::LazyLock<Script> = std::sync::LazyLock::new(|| Script::new(STORE_CHECKPOINT));
+static STORE_CHECKPOINT_SCRIPT: std::sync::LazyLock<Script> =
+    std::sync::LazyLock::new(|| Script::new(STORE_CHECKPOINT));
 
 /// A stored checkpoint.
 #[derive(Debug, Clone)]
@@ -403,7 +405,8 @@ impl Queue {
 
     /// Reads session `id`, or None if it never existed or has expired.
     pub async fn get_session(&self, id: &str) -> Result<Option<SessionRecord>, QueueError> {
-        let fields: std::collections::HashMap<String, String> = self.conn.clone().hgetall(self.keys.session(id)).await?;
+        let fields: std::collections::HashMap<String, String> =
+            self.conn.clone().hgetall(self.keys.session(id)).await?;
         if fields.is_empty() {
             return Ok(None);
         }

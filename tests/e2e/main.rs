@@ -19,6 +19,7 @@ mod quotas;
 mod recovery;
 mod redis_setups;
 mod roundtrip;
+mod sessions;
 mod signing;
 mod util;
 mod verify;

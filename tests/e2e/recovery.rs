@@ -37,21 +37,6 @@ async fn job_of_a_killed_worker_finishes_on_another() {
     second.wait_for_log("took over jobs from a worker that stopped answering", Duration::from_secs(1)).await;
 }
 
-/// Pids of the processes whose parent is `parent`.
-fn children_of(parent: nix::unistd::Pid) -> Vec<i32> {
-    let mut children = Vec::new();
-    for entry in std::fs::read_dir("/proc").expect("/proc").flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else { continue };
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { continue };
-        // Fields after the command name, which is in parentheses: state, ppid, ...
-        let after = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
-        if after.split_whitespace().nth(1).and_then(|p| p.parse::<i32>().ok()) == Some(parent.as_raw()) {
-            children.push(pid);
-        }
-    }
-    children
-}
-
 fn alive(pid: i32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
         let state = stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().next().map(str::to_owned));

@@ -322,3 +322,18 @@ impl Stack {
         Stack { api, _redis: redis, _worker: worker }
     }
 }
+
+/// Pids of the processes whose parent is `parent`.
+pub fn children_of(parent: nix::unistd::Pid) -> Vec<i32> {
+    let mut children = Vec::new();
+    for entry in std::fs::read_dir("/proc").expect("/proc").flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else { continue };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { continue };
+        // Fields after the command name, which is in parentheses: state, ppid, ...
+        let after = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+        if after.split_whitespace().nth(1).and_then(|p| p.parse::<i32>().ok()) == Some(parent.as_raw()) {
+            children.push(pid);
+        }
+    }
+    children
+}

@@ -390,8 +390,13 @@ async fn heartbeat(worker: Arc<Worker>, stop: CancellationToken, first: tokio::s
         }
         // Resets the idle time of every entry held here, so no live worker's
         // job is ever taken over, however long it runs.
-        let entries: Vec<(String, String)> =
-            worker.running.lock().unwrap_or_else(|p| p.into_inner()).values().filter_map(|job| job.entry.clone()).collect();
+        let entries: Vec<(String, String)> = worker
+            .running
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .filter_map(|job| job.entry.clone())
+            .collect();
         if let Err(e) = worker.queue.keep_claimed(&worker.config.name, &entries).await {
             worker.metrics.redis_errors.inc();
             warn!(error = %e, "could not keep running jobs claimed");

@@ -298,7 +298,9 @@ impl Worker {
             .map_err(|e| format!("checkpoint {id} is damaged: {e}"))?;
         Ok(match language {
             Language::Python => Restore::Memory(bytes),
-            _ => Restore::Replay(serde_json::from_slice(&bytes).map_err(|e| format!("checkpoint {id} is damaged: {e}"))?),
+            _ => {
+                Restore::Replay(serde_json::from_slice(&bytes).map_err(|e| format!("checkpoint {id} is damaged: {e}"))?)
+            }
         })
     }
 
@@ -323,7 +325,8 @@ impl Worker {
         if !self.config.shared.signing_key.verify(&claimed.id, &claimed.payload, &claimed.signature) {
             self.metrics.rejected_signatures.inc();
             warn!(%id, "session task signature did not verify; it will not run");
-            let rejected = Outcome { status: Status::Rejected, ..Outcome::internal_error("job signature did not verify") };
+            let rejected =
+                Outcome { status: Status::Rejected, ..Outcome::internal_error("job signature did not verify") };
             self.finish(&claimed, &Ran::without_child(rejected)).await;
             return;
         }

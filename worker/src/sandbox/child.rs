@@ -310,7 +310,8 @@ pub(super) async fn spawn_ready(
 pub async fn prime_cache(sandbox: &Sandbox) -> Result<TempDir, SandboxError> {
     let dir = private_dir("runbox-cache-", sandbox)?;
     for language in [Language::Python] {
-        let (mut child, mut stdin, _stdout, _stderr) = spawn_ready(sandbox, language, dir.path(), ChildMode::Single).await?;
+        let (mut child, mut stdin, _stdout, _stderr) =
+            spawn_ready(sandbox, language, dir.path(), ChildMode::Single).await?;
         let frame = Frame {
             language,
             code: "0",

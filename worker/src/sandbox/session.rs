@@ -92,8 +92,10 @@ impl SessionChild {
             let out_marker = format!("{END_MARKER}{nonce}:").into_bytes();
             let err_marker = format!("{END_MARKER}{nonce}\n").into_bytes();
             // Replayed programs' output is dropped: only the marker matters.
-            let (out, err) =
-                tokio::join!(capture_until(&mut inner.stdout, 0, &out_marker), capture_until(&mut inner.stderr, MESSAGE_CAP, &err_marker));
+            let (out, err) = tokio::join!(
+                capture_until(&mut inner.stdout, 0, &out_marker),
+                capture_until(&mut inner.stderr, MESSAGE_CAP, &err_marker)
+            );
             match (out.1, err.1) {
                 (Some(rest), Some(_)) => match inner.read_status(rest, true).await {
                     Ending::Finished { status: 0, .. } => Ok(()),
@@ -153,8 +155,9 @@ impl SessionChild {
                 }
             }
             let newline = rest.iter().position(|b| *b == b'\n').unwrap_or(0);
-            let length: usize =
-                String::from_utf8_lossy(&rest[..newline]).parse().map_err(|_| SessionError::Failed("bad checkpoint header".into()))?;
+            let length: usize = String::from_utf8_lossy(&rest[..newline])
+                .parse()
+                .map_err(|_| SessionError::Failed("bad checkpoint header".into()))?;
             let mut bytes = rest.split_off(newline + 1);
             if bytes.len() < length {
                 let have = bytes.len();

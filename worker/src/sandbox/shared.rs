@@ -33,11 +33,11 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::process::{Child, ChildStderr, ChildStdin, ChildStdout};
 use tokio_util::sync::CancellationToken;
 
-use super::command::ChildMode;
 use super::child::{
     FILES_MARKER, Frame, MEMORY_MARKER, RUNTIME_RSS_ALLOWANCE_MB, ReturnFrame, classify, job_dir, kill_group, outcome,
     spawn_ready, watch_rss,
 };
+use super::command::ChildMode;
 use super::output::{Captured, FILES_SECTION_LIMIT, capture_after, capture_until, returned_files};
 use super::{RunReport, Sandbox, SandboxError};
 
@@ -312,7 +312,12 @@ impl SharedChild {
 
     /// Runs `spec` and returns how it ended, and whether this child may run
     /// the batch's next job (or, in a session, the session's next exec).
-    pub(super) async fn run(&mut self, spec: &JobSpec, sandbox: &Sandbox, cancel: &CancellationToken) -> (Outcome, bool) {
+    pub(super) async fn run(
+        &mut self,
+        spec: &JobSpec,
+        sandbox: &Sandbox,
+        cancel: &CancellationToken,
+    ) -> (Outcome, bool) {
         // The api checks file paths; the worker does not trust it to.
         if let Some(Err(e)) = spec.files.iter().map(|f| InputFile::check_path(&f.path)).find(Result::is_err) {
             return (Outcome::internal_error(format!("refused the job's files: {e}")), true);

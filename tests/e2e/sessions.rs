@@ -1,0 +1,331 @@
+//! Sessions over HTTP: state that lasts across execs, checkpoints and
+//! forks, teardown nobody has to remember, recovery from a dead worker,
+//! and the errors a client gets for each misuse.
+
+use std::time::Duration;
+
+use nix::sys::signal::Signal;
+use serde_json::{Value, json};
+
+use crate::util::*;
+
+/// A client of the session routes, as `token`.
+struct Sessions<'a> {
+    api: &'a Api,
+    token: &'a str,
+}
+
+impl Sessions<'_> {
+    async fn call(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> (u16, Value) {
+        let mut request = self.api.http.request(method, self.api.url(path)).bearer_auth(self.token);
+        if let Some(body) = body {
+            request = request.json(&body);
+        }
+        let response = request.send().await.expect("request");
+        let status = response.status().as_u16();
+        (status, response.json().await.unwrap_or(Value::Null))
+    }
+
+    async fn create(&self, body: Value) -> (u16, Value) {
+        self.call(reqwest::Method::POST, "/v1/sessions", Some(body)).await
+    }
+
+    /// Creates a session and returns its id; panics unless it is idle.
+    async fn open(&self, body: Value) -> String {
+        let (status, session) = self.create(body).await;
+        assert_eq!(status, 201, "{session}");
+        assert_eq!(session["status"], "idle", "{session}");
+        session["id"].as_str().expect("id").to_owned()
+    }
+
+    async fn exec(&self, id: &str, body: Value) -> (u16, Value) {
+        self.call(reqwest::Method::POST, &format!("/v1/sessions/{id}/exec"), Some(body)).await
+    }
+
+    /// Runs `code` and returns its stdout; panics unless it exited 0.
+    async fn run(&self, id: &str, code: &str) -> String {
+        let (status, result) = self.exec(id, json!({ "code": code })).await;
+        assert_eq!(status, 200, "{result}");
+        assert_eq!(result["status"], "completed", "{result}");
+        assert_eq!(result["exit_code"], 0, "{result}");
+        result["stdout"].as_str().expect("stdout").to_owned()
+    }
+
+    async fn checkpoint(&self, id: &str) -> (u16, Value) {
+        self.call(reqwest::Method::POST, &format!("/v1/sessions/{id}/checkpoints"), None).await
+    }
+
+    async fn fork(&self, id: &str) -> String {
+        let (status, fork) = self.call(reqwest::Method::POST, &format!("/v1/sessions/{id}/fork"), None).await;
+        assert_eq!(status, 201, "{fork}");
+        fork["id"].as_str().expect("id").to_owned()
+    }
+
+    async fn get(&self, id: &str) -> (u16, Value) {
+        self.call(reqwest::Method::GET, &format!("/v1/sessions/{id}"), None).await
+    }
+
+    async fn delete(&self, id: &str) -> (u16, Value) {
+        self.call(reqwest::Method::DELETE, &format!("/v1/sessions/{id}"), None).await
+    }
+}
+
+fn alice(api: &Api) -> Sessions<'_> {
+    Sessions { api, token: ALICE }
+}
+
+#[tokio::test]
+async fn a_python_session_explores_data_then_checkpoints_and_forks() {
+    // Each session holds a slot: the parent, two forks and one restore.
+    let stack = Stack::start(&[("RUNBOX_WORKER_CONCURRENCY", "4")]).await;
+    let s = alice(&stack.api);
+    let id = s.open(json!({ "language": "python" })).await;
+    let load = "import random\nrows = {i: {'id': i, 'group': i % 7, 'value': i * 3} for i in range(100_000)}\nprint(len(rows))";
+    assert_eq!(s.run(&id, load).await, "100000\n");
+    for group in 0..10 {
+        let query = format!("print(sum(r['value'] for r in rows.values() if r['group'] == {}))", group % 7);
+        let expected: u64 = (0..100_000u64).filter(|i| i % 7 == group % 7).map(|i| i * 3).sum();
+        assert_eq!(s.run(&id, &query).await, format!("{expected}\n"));
+    }
+    // Files written in one exec are there in the next, and in checkpoints.
+    s.run(&id, "open('notes.txt', 'w').write('kept')").await;
+
+    let (status, checkpoint) = s.checkpoint(&id).await;
+    assert_eq!(status, 201, "{checkpoint}");
+    assert!(checkpoint["size_bytes"].as_u64().expect("size") > 1_000_000, "{checkpoint}");
+    let (_, session) = s.get(&id).await;
+    assert_eq!(session["checkpoints"][0]["id"], checkpoint["id"], "{session}");
+    assert_eq!(session["execs"], 12, "{session}");
+
+    let left = s.fork(&id).await;
+    let right = s.fork(&id).await;
+    s.run(&left, "rows[0]['value'] = 'left'\nseen = 'left'").await;
+    s.run(&right, "del rows[1]\nseen = 'right'").await;
+    s.run(&id, "rows[2]['value'] = 'parent'").await;
+    let probe = "print(rows[0]['value'], 1 in rows, rows[2]['value'], globals().get('seen'), open('notes.txt').read())";
+    assert_eq!(s.run(&left, probe).await, "left True 6 left kept\n");
+    assert_eq!(s.run(&right, probe).await, "0 False 6 right kept\n");
+    assert_eq!(s.run(&id, probe).await, "0 True parent None kept\n");
+
+    // A session restored from a checkpoint is a new session of its own.
+    let (status, restored) = s.create(json!({ "from_checkpoint": checkpoint["id"] })).await;
+    assert_eq!(status, 201, "{restored}");
+    assert_eq!(restored["language"], "python");
+    assert_eq!(s.run(restored["id"].as_str().expect("id"), "print(rows[2]['value'])").await, "6\n");
+}
+
+#[tokio::test]
+async fn a_javascript_session_keeps_its_declarations_and_forks_by_replay() {
+    let stack = Stack::start(&[]).await;
+    let s = alice(&stack.api);
+    let id = s.open(json!({ "language": "js" })).await;
+    s.run(&id, "const base = [1, 2, 3]; let scale = 10; function times(x) { return x * scale }").await;
+    assert_eq!(s.run(&id, "console.log(base.map(times).join(','))").await, "10,20,30\n");
+    assert_eq!(s.run(&id, "Promise.resolve(7).then((v) => console.log(v * scale))").await, "70\n");
+    let (status, error) = s.exec(&id, json!({ "code": "throw new Error('boom')" })).await;
+    assert_eq!(status, 200);
+    assert_eq!(error["exit_code"], 1, "{error}");
+    assert!(error["stderr"].as_str().expect("stderr").contains("boom"), "{error}");
+
+    let fork = s.fork(&id).await;
+    s.run(&fork, "scale = 100").await;
+    assert_eq!(s.run(&fork, "console.log(times(2))").await, "200\n");
+    assert_eq!(s.run(&id, "console.log(times(2))").await, "20\n");
+
+    let (status, refused) = s.exec(&id, json!({ "code": "1", "stdin": "x" })).await;
+    assert_eq!((status, refused["error"]["code"].as_str()), (400, Some("invalid_field")), "{refused}");
+}
+
+#[tokio::test]
+async fn an_exec_past_its_deadline_is_interrupted_and_the_session_keeps_its_state() {
+    let stack = Stack::start(&[]).await;
+    let s = alice(&stack.api);
+    let id = s.open(json!({ "language": "python" })).await;
+    s.run(&id, "state = 41").await;
+    let (status, result) = s.exec(&id, json!({ "code": "while True:\n    state += 0", "timeout_ms": 1000 })).await;
+    assert_eq!(status, 200, "{result}");
+    assert_eq!(result["status"], "timeout", "{result}");
+    assert!(result["stderr"].as_str().expect("stderr").contains("KeyboardInterrupt"), "{result}");
+    assert_eq!(result["session"]["status"], "idle", "{result}");
+    assert_eq!(s.run(&id, "print(state + 1)").await, "42\n");
+}
+
+#[tokio::test]
+async fn an_exec_that_cannot_be_interrupted_kills_the_process_and_the_session_comes_back_from_its_checkpoint() {
+    let stack = Stack::start(&[]).await;
+    let s = alice(&stack.api);
+    let id = s.open(json!({ "language": "python" })).await;
+    s.run(&id, "saved = 'before'").await;
+    let (status, checkpoint) = s.checkpoint(&id).await;
+    assert_eq!(status, 201, "{checkpoint}");
+    s.run(&id, "unsaved = 'after'").await;
+    // time.sleep does not return to the interpreter, so the interrupt waits.
+    let (status, result) = s.exec(&id, json!({ "code": "import time\ntime.sleep(30)", "timeout_ms": 1000 })).await;
+    assert_eq!(status, 200, "{result}");
+    assert_eq!(result["status"], "timeout", "{result}");
+    assert_eq!(result["session"]["restored_from"], checkpoint["id"], "{result}");
+    assert!(result["stderr"].as_str().expect("stderr").contains("restored from checkpoint"), "{result}");
+    assert_eq!(s.run(&id, "print(saved, 'unsaved' in globals())").await, "before False\n");
+
+    // With no checkpoint, the session is lost, never silently empty.
+    let bare = s.open(json!({ "language": "python" })).await;
+    let (_, result) = s.exec(&bare, json!({ "code": "import time\ntime.sleep(30)", "timeout_ms": 1000 })).await;
+    assert_eq!(result["status"], "timeout", "{result}");
+    assert_eq!(result["session"]["status"], "lost", "{result}");
+    let (status, gone) = s.exec(&bare, json!({ "code": "print(1)" })).await;
+    assert_eq!((status, gone["error"]["code"].as_str()), (410, Some("session_lost")), "{gone}");
+}
+
+#[tokio::test]
+async fn an_idle_session_is_torn_down_and_its_process_is_gone() {
+    let redis = Redis::start().await;
+    let api = Api::start(&redis, &[]).await;
+    // No warm children: the worker's only child is the session's.
+    let worker = start_worker(&redis, &[("RUNBOX_POOL_MIN", "0"), ("RUNBOX_POOL_MAX", "0")]).await;
+    let s = alice(&api);
+    let id = s.open(json!({ "language": "python", "idle_timeout_s": 2 })).await;
+    assert_eq!(s.run(&id, "print('hi')").await, "hi\n");
+    assert_eq!(children_of(worker.pid()).len(), 1, "the session's process");
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let (status, session) = s.get(&id).await;
+    assert_eq!(status, 200);
+    assert_eq!(session["status"], "expired", "{session}");
+    assert_eq!(session["ended_reason"], "idle", "{session}");
+    assert!(children_of(worker.pid()).is_empty(), "the session's process outlived it");
+    let (status, gone) = s.exec(&id, json!({ "code": "print(1)" })).await;
+    assert_eq!((status, gone["error"]["code"].as_str()), (410, Some("session_expired")), "{gone}");
+}
+
+#[tokio::test]
+async fn a_session_of_a_killed_worker_comes_back_from_its_checkpoint_on_another() {
+    let redis = Redis::start().await;
+    let api = Api::start(&redis, &[]).await;
+    let mut first = start_worker(&redis, &[]).await;
+    let s = alice(&api);
+    let id = s.open(json!({ "language": "python" })).await;
+    let bare = s.open(json!({ "language": "javascript" })).await;
+    s.run(&id, "total = sum(range(10))").await;
+    let (_, checkpoint) = s.checkpoint(&id).await;
+    s.run(&id, "total = -1").await;
+
+    let second = start_worker(&redis, &[]).await;
+    first.signal(Signal::SIGKILL);
+    first.wait(Duration::from_secs(5)).await;
+    // The api takes a worker for dead after 8 s without a heartbeat.
+    tokio::time::sleep(Duration::from_secs(9)).await;
+
+    let (status, result) = s.exec(&id, json!({ "code": "print(total)" })).await;
+    assert_eq!(status, 200, "{result}");
+    assert_eq!(result["stdout"], "45\n", "{result}");
+    assert_eq!(result["session"]["restored_from"], checkpoint["id"], "{result}");
+    let (_, session) = s.get(&id).await;
+    assert_ne!(session["worker"], Value::Null);
+    second.wait_for_log("session opened", Duration::from_secs(1)).await;
+
+    let (status, lost) = s.exec(&bare, json!({ "code": "1" })).await;
+    assert_eq!((status, lost["error"]["code"].as_str()), (410, Some("session_lost")), "{lost}");
+}
+
+#[tokio::test]
+async fn sessions_are_invisible_to_other_tokens() {
+    let stack = Stack::start(&[]).await;
+    let s = alice(&stack.api);
+    let bob = Sessions { api: &stack.api, token: BOB };
+    let id = s.open(json!({ "language": "python" })).await;
+    s.run(&id, "secret = 'alice'").await;
+    let (_, checkpoint) = s.checkpoint(&id).await;
+
+    for (status, body) in [
+        bob.get(&id).await,
+        bob.exec(&id, json!({ "code": "print(secret)" })).await,
+        bob.checkpoint(&id).await,
+        bob.call(reqwest::Method::POST, &format!("/v1/sessions/{id}/fork"), None).await,
+        bob.delete(&id).await,
+    ] {
+        assert_eq!((status, body["error"]["code"].as_str()), (404, Some("no_session")), "{body}");
+    }
+    let (status, body) = bob.create(json!({ "from_checkpoint": checkpoint["id"] })).await;
+    assert_eq!((status, body["error"]["code"].as_str()), (404, Some("no_checkpoint")), "{body}");
+    let (_, listed) = bob.call(reqwest::Method::GET, "/v1/sessions", None).await;
+    assert_eq!(listed["sessions"], json!([]), "{listed}");
+    let (_, listed) = s.call(reqwest::Method::GET, "/v1/sessions", None).await;
+    assert_eq!(listed["sessions"][0]["id"], id.as_str(), "{listed}");
+    assert_eq!(s.run(&id, "print(secret)").await, "alice\n");
+}
+
+#[tokio::test]
+async fn misuse_gets_an_error_that_says_what_to_fix() {
+    let redis = Redis::start().await;
+    let api = Api::start(&redis, &[("RUNBOX_SESSIONS_PER_TOKEN", "2")]).await;
+    let _worker = start_worker(&redis, &[("RUNBOX_WORKER_CONCURRENCY", "3")]).await;
+    let s = alice(&api);
+    for (body, code) in [
+        (json!({ "language": "typescript" }), "invalid_field"),
+        (json!({}), "invalid_field"),
+        (json!({ "language": "python", "idle_timeout_s": 0 }), "invalid_field"),
+        (json!({ "language": "python", "pets": 1 }), "unknown_field"),
+    ] {
+        let (status, error) = s.create(body).await;
+        assert_eq!((status, error["error"]["code"].as_str()), (400, Some(code)), "{error}");
+    }
+    let (status, error) = s.create(json!({ "from_checkpoint": "7f6c1a52-0c2e-4a53-9d47-3f1e2b8c9a10" })).await;
+    assert_eq!((status, error["error"]["code"].as_str()), (404, Some("no_checkpoint")), "{error}");
+    for id in ["7f6c1a52-0c2e-4a53-9d47-3f1e2b8c9a10".to_owned(), "not-an-id".to_owned()] {
+        let (status, error) = s.exec(&id, json!({ "code": "1" })).await;
+        assert_eq!((status, error["error"]["code"].as_str()), (404, Some("no_session")), "{error}");
+    }
+
+    let id = s.open(json!({ "language": "python" })).await;
+    let _second = s.open(json!({ "language": "javascript" })).await;
+    let (status, error) = s.create(json!({ "language": "python" })).await;
+    assert_eq!((status, error["error"]["code"].as_str()), (429, Some("too_many_sessions")), "{error}");
+
+    // One exec at a time: a second while the first runs is refused.
+    let slow = {
+        let s = Sessions { api: &api, token: ALICE };
+        let id = id.clone();
+        async move { s.exec(&id, json!({ "code": "import time\nt = time.time()\nwhile time.time() - t < 3: pass" })).await }
+    };
+    let second = async {
+        tokio::time::sleep(Duration::from_millis(800)).await;
+        s.exec(&id, json!({ "code": "print(1)" })).await
+    };
+    let ((first_status, _), (status, error)) = tokio::join!(slow, second);
+    assert_eq!(first_status, 200);
+    assert_eq!((status, error["error"]["code"].as_str()), (409, Some("session_busy")), "{error}");
+    let (status, error) = s.exec(&id, json!({ "code": "1", "language": "js" })).await;
+    assert_eq!((status, error["error"]["code"].as_str()), (400, Some("unknown_field")), "{error}");
+
+    // A checkpoint Pyodide cannot take says why.
+    s.run(&id, "import js\nholder = js.Object.new()").await;
+    let (status, error) = s.checkpoint(&id).await;
+    assert_eq!((status, error["error"]["code"].as_str()), (422, Some("checkpoint_failed")), "{error}");
+    assert!(error["error"]["message"].as_str().expect("message").contains("JavaScript object"), "{error}");
+    s.run(&id, "del holder").await;
+    let (status, checkpoint) = s.checkpoint(&id).await;
+    assert_eq!(status, 201, "{checkpoint}");
+
+    let (status, closed) = s.delete(&id).await;
+    assert_eq!((status, closed["status"].as_str()), (200, Some("closed")), "{closed}");
+    let (status, error) = s.exec(&id, json!({ "code": "1" })).await;
+    assert_eq!((status, error["error"]["code"].as_str()), (410, Some("session_closed")), "{error}");
+    // Its slot under the cap is free again.
+    s.open(json!({ "language": "python" })).await;
+}
+
+#[tokio::test]
+async fn runtimes_show_the_sessions_each_worker_holds() {
+    let stack = Stack::start(&[]).await;
+    let s = alice(&stack.api);
+    s.open(json!({ "language": "javascript" })).await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let response = stack.api.http.get(stack.api.url("/v1/runtimes")).bearer_auth(ALICE).send().await.expect("get");
+        let runtimes: Value = response.json().await.expect("json");
+        if runtimes["workers"][0]["sessions"] == 1 {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{runtimes}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
