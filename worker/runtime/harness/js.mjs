@@ -33,7 +33,8 @@ const createObjectURL = URL.createObjectURL;
 dropPersistentStorage();
 if (Deno.args[0] === "shared") await runShared();
 if (Deno.args[0] === "session") {
-  hideHostDetails("file:///main.js", [], false);
+  // A session loads Node's `process` sooner or later; hide its paths too.
+  hideHostDetails("file:///main.js", [], true);
   await serveJsSession();
 }
 const job = awaitJob();

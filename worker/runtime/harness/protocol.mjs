@@ -217,8 +217,10 @@ export function dropPersistentStorage() {
  * loads; the job's args are added to it only when `withProcess` says the
  * program mentions `process`, because loading it costs a JS child about
  * 60 ms of CPU. (`Deno.cwd()` still names the job's temporary directory.)
+ * Scripts run by `node:vm` see Node's own `process`, which a session
+ * passes as `processObject`.
  */
-export function hideHostDetails(mainModule, args, withProcess) {
+export function hideHostDetails(mainModule, args, withProcess, processObject = globalThis.process) {
   const define = (object, name, value) => {
     try {
       Object.defineProperty(object, name, { value, configurable: true, writable: true });
@@ -229,7 +231,7 @@ export function hideHostDetails(mainModule, args, withProcess) {
   define(Deno, "mainModule", mainModule);
   define(Deno, "execPath", () => "deno");
   define(Deno, "args", Object.freeze([...args]));
-  const process = withProcess ? globalThis.process : undefined;
+  const process = withProcess ? processObject : undefined;
   if (process) {
     // Already loaded in the Python child, with the harness's own arguments.
     define(process, "argv", ["deno", new URL(mainModule).pathname, ...args]);

@@ -18,7 +18,20 @@
 // (time.sleep, a long C call) is not interrupted; the runner kills the
 // child a little after the deadline instead.
 import vm from "node:vm";
-import { base64, readBytes, readFrame, signalEnd, signalReady, writeAll, writeError } from "./protocol.mjs";
+import {
+  base64,
+  hideHostDetails,
+  isAllocationFailure,
+  jsMemoryInUse,
+  readBytes,
+  readFrame,
+  reportOutOfMemory,
+  signalEnd,
+  signalReady,
+  withoutHarnessFrames,
+  writeAll,
+  writeError,
+} from "./protocol.mjs";
 
 const CHECKPOINT_MARKER = "\u0006runbox-checkpoint:";
 const MAGIC = new TextEncoder().encode("RBXS");
@@ -172,49 +185,116 @@ function fromBase64(text) {
  * Serves a JavaScript session. Each exec runs as a classic script in this
  * realm (`vm.runInThisContext`), so its top-level `let`, `const`, `class`
  * and `function` declarations stay visible to the next, as in a REPL. A
- * completion value that is a promise is awaited. There is no top-level
- * `await` (a script has none), and no way to stop a running exec but
- * killing the child.
+ * script has no top-level `await` or `import`: an exec that does not
+ * compile as one runs as a module instead, in the same realm, whose
+ * declarations are its own (assign to `globalThis` to keep a value).
+ *
+ * An exec ends once its code has run, the promise it completed with (if
+ * any) has settled, and the timeouts it set have fired; an error thrown by
+ * any of them fails it. Intervals and Workers live on with the session.
+ * Nothing stops a running exec but killing the child.
  */
 export async function serveJsSession() {
   const runInThisContext = vm.runInThisContext;
-  const then = (value) => value !== null && (typeof value === "object" || typeof value === "function") &&
+  // Scripts see Node's `process`, not the global the harness hid paths on.
+  hideHostDetails("file:///main.js", [], true, runInThisContext("globalThis.process ?? process"));
+  const split = String.prototype.split;
+  const filter = Array.prototype.filter;
+  const join = Array.prototype.join;
+  const includes = String.prototype.includes;
+  const apply = Reflect.apply;
+  const withoutVmFrames = (text) =>
+    apply(join, apply(filter, apply(split, text, ["\n"]), [(line) => !apply(includes, line, ["ext:deno_node/vm.js"])]), [
+      "\n",
+    ]);
+  const harnessDir = new URL(".", import.meta.url).href;
+  const createObjectURL = URL.createObjectURL;
+  const revokeObjectURL = URL.revokeObjectURL;
+  const isThenable = (value) => value !== null && (typeof value === "object" || typeof value === "function") &&
     typeof value.then === "function";
-  let execs = 0;
-  const run = async (code) => {
-    execs += 1;
-    try {
-      const value = runInThisContext(code, { filename: `exec-${execs}.js` });
-      if (then(value)) await value;
-      return 0;
-    } catch (error) {
-      let text;
-      try {
-        text = String(error?.stack ?? error);
-      } catch {
-        text = "(the error could not be printed)";
-      }
-      writeError(`error: Uncaught ${text}\n`);
-      return 1;
+  let current = null;
+  const report = (error, prefix = "") => {
+    if (current && isAllocationFailure(error) && jsMemoryInUse() >= current.halfCap) {
+      writeError(`error: out of memory: ${error.message}\n`);
+      reportOutOfMemory(current.nonce);
     }
+    let text;
+    try {
+      text = withoutVmFrames(withoutHarnessFrames(error?.stack ?? error, harnessDir));
+    } catch {
+      text = "(the error could not be printed)";
+    }
+    writeError(`error: Uncaught ${prefix}${text}\n`);
+    if (current) current.failed = true;
+  };
+
+  // The timeouts each exec sets, so that it ends after they have fired.
+  const { setTimeout, clearTimeout } = globalThis;
+  const pending = new Set();
+  let settled = null;
+  globalThis.setTimeout = function (callback, delay, ...args) {
+    const id = setTimeout(() => {
+      pending.delete(id);
+      try {
+        if (typeof callback === "function") callback(...args);
+      } finally {
+        if (pending.size === 0 && settled) settled();
+      }
+    }, delay);
+    if (current) pending.add(id);
+    return id;
+  };
+  globalThis.clearTimeout = (id) => {
+    pending.delete(id);
+    clearTimeout(id);
+    if (pending.size === 0 && settled) settled();
+  };
+
+  let execs = 0;
+  const run = async (code, frame) => {
+    execs += 1;
+    current = { failed: false, nonce: frame.nonce, halfCap: ((frame.memory_mb ?? 0) * 1024 * 1024) / 2 };
+    try {
+      let value;
+      try {
+        value = runInThisContext(code, { filename: `exec-${execs}.js`, displayErrors: false });
+      } catch (error) {
+        // A syntax error as a script: most often top-level await or import.
+        if (!(error instanceof SyntaxError)) throw error;
+        const url = createObjectURL(new Blob([code], { type: "text/javascript" }));
+        try {
+          await import(url);
+        } finally {
+          revokeObjectURL(url);
+        }
+      }
+      if (isThenable(value)) await value;
+    } catch (error) {
+      report(error);
+    }
+    while (pending.size > 0) await new Promise((resolve) => (settled = resolve));
+    settled = null;
+    // Callbacks queued for now (resolved promises, 0 ms timers) print before the end.
+    await new Promise((resolve) => setTimeout(resolve, 0));
+    const status = current.failed ? 1 : 0;
+    current = null;
+    return status;
   };
   globalThis.addEventListener("unhandledrejection", (event) => {
     event.preventDefault();
-    writeError(`error: Uncaught (in promise) ${event.reason?.stack ?? event.reason}\n`);
+    report(event.reason, "(in promise) ");
   });
   globalThis.addEventListener("error", (event) => {
     event.preventDefault();
-    writeError(`error: Uncaught ${event.error?.stack ?? event.message}\n`);
+    report(event.error ?? event.message);
   });
   signalReady();
   const open = readFrame();
-  for (const code of open.replay ?? []) await run(code);
+  for (const code of open.replay ?? []) await run(code, open);
   signalEnd(open.nonce, 0, true);
   for (;;) {
     const frame = readFrame();
-    const status = await run(frame.code);
-    // Let callbacks the exec queued for now (resolved promises, 0 ms timers) print before the end.
-    await new Promise((resolve) => setTimeout(resolve, 0));
+    const status = await run(frame.code, frame);
     signalEnd(frame.nonce, status, true);
   }
 }

@@ -49,7 +49,7 @@ async fn js_single_worker_still_works() {
         Js,
         "const url = URL.createObjectURL(new Blob(['postMessage(6 * 7)'], { type: 'text/javascript' }));\n\
          const w = new Worker(url, { type: 'module' });\n\
-         w.onmessage = (e) => { console.log(e.data); w.terminate(); };",
+         await new Promise((done) => (w.onmessage = (e) => { console.log(e.data); w.terminate(); done(); }));",
     )
     .await;
     assert_status(&outcome, Status::Completed);

@@ -80,7 +80,7 @@ async fn js_cache_storage_from_a_worker() {
         format!(
             "const src = `try {{ {body} }} catch (e) {{ postMessage(String(e).slice(0, 37)); }}`;\n\
              const w = new Worker(URL.createObjectURL(new Blob([src], {{ type: 'text/javascript' }})), {{ type: 'module' }});\n\
-             w.onmessage = (e) => {{ console.log(e.data); w.terminate(); }};"
+             await new Promise((done) => (w.onmessage = (e) => {{ console.log(e.data); w.terminate(); done(); }}));"
         )
     };
     let (one, two) = two_runs(

@@ -2,8 +2,8 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use runbox_common::{JobSpec, Language, Outcome, Status, Timeouts};
-use runbox_worker::sandbox::{Limits, PoolConfig, Runner, Runtime, Sandbox};
+use runbox_common::{JobSpec, Language, Outcome, SessionOp, SessionTask, Status, Timeouts};
+use runbox_worker::sandbox::{Limits, PoolConfig, Restore, Runner, Runtime, Sandbox, SessionChild};
 use tokio::sync::OnceCell;
 use tokio_util::sync::CancellationToken;
 
@@ -32,10 +32,27 @@ pub async fn sandbox() -> &'static Sandbox {
         .await
 }
 
-/// Whether probes run on warm pooled children (the default) or on children
-/// booted for each job (`RUNBOX_PROBE_MODE=cold`). CI runs both.
+/// Whether probes run on warm pooled children (the default), on children
+/// booted for each job (`RUNBOX_PROBE_MODE=cold`), or as the first exec of
+/// a fresh session (`RUNBOX_PROBE_MODE=session`). CI runs all three.
 pub fn pooled() -> bool {
     std::env::var("RUNBOX_PROBE_MODE").map_or(true, |mode| mode != "cold")
+}
+
+pub fn in_sessions() -> bool {
+    std::env::var("RUNBOX_PROBE_MODE").is_ok_and(|mode| mode == "session")
+}
+
+/// Whether `spec` runs as a session exec in session mode: sessions run
+/// Python and JavaScript, and a JavaScript exec has no stdin or files.
+/// Arguments, returned files and the shared lane are jobs' alone.
+fn session_takes(spec: &JobSpec) -> bool {
+    let js_extras = spec.language == Js && (!spec.stdin.is_empty() || !spec.files.is_empty());
+    spec.language != Ts
+        && !js_extras
+        && spec.args.is_empty()
+        && spec.return_files.is_none()
+        && spec.shared_lane.is_none()
 }
 
 /// A runner in the probe mode, with its own `limits` and job directories
@@ -49,8 +66,16 @@ pub async fn runner_with(limits: Limits, work_dir: &Path) -> Runner {
     }
 }
 
-/// Runs `spec` on `runner`, from a warm child in pooled mode.
+/// Runs `spec` on `runner`, from a warm child in pooled mode, or as the
+/// first exec of a new session in session mode.
 pub async fn run_on(runner: &Runner, spec: &JobSpec) -> Outcome {
+    if in_sessions() && session_takes(spec) {
+        let mut session =
+            SessionChild::open(runner.sandbox(), spec.language, Restore::Fresh).await.expect("session opens");
+        let task = SessionTask { id: "probe".into(), op: SessionOp::Exec };
+        let exec = JobSpec { session: Some(task), ..spec.clone() };
+        return session.exec(&exec, runner.sandbox(), &CancellationToken::new()).await.0;
+    }
     runner.wait_warm(spec.language).await;
     let report = runner.run(spec, &CancellationToken::new()).await;
     // A warm take is well under a millisecond, but a busy CI machine can
