@@ -39,6 +39,7 @@ use rmcp::{ErrorData, tool, tool_handler, tool_router};
 use runbox_common::{JobRecord, Status, now_rfc3339};
 use schemars::JsonSchema;
 use serde::Serialize;
+use tokio_util::sync::CancellationToken;
 
 use crate::auth::Caller;
 use crate::config::{ApiLimits, McpHosts};
@@ -152,10 +153,17 @@ impl McpServer {
     async fn run_code(
         &self,
         Extension(parts): Extension<Parts>,
+        abandoned: CancellationToken,
         args: JsonObject,
     ) -> Result<CallToolResult, ErrorData> {
         let caller = caller(&parts)?;
-        Ok(self.run(&caller, &args).await.unwrap_or_else(tool_error))
+        // rmcp cancels the token when the client disconnects (or cancels the
+        // request) but lets the handler run on; stopping here drops the
+        // pending run, which cancels the job.
+        tokio::select! {
+            result = self.run(&caller, &args) => Ok(result.unwrap_or_else(tool_error)),
+            () = abandoned.cancelled() => Err(ErrorData::internal_error("the request was abandoned", None)),
+        }
     }
 }
 
@@ -172,7 +180,7 @@ impl McpServer {
         let limits = &self.state.config.limits;
         let spec = validate::job_spec_fields(args, limits)?;
         let queued = jobs::enqueue(&self.state, caller, &spec, None, None).await?;
-        // Dropped when the client goes away too: nobody will read the result.
+        // Dropped, and so the job cancelled, when the call is abandoned too.
         let mut pending = CancelOnDrop { state: self.state.clone(), id: Some(queued.id.clone()) };
         let run_for = Duration::from_millis(spec.timeout_ms.unwrap_or(limits.timeouts.default_ms()));
         let record = jobs::wait_for(&self.state, &queued.id, run_for + QUEUE_PATIENCE).await?;

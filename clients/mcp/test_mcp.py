@@ -10,6 +10,7 @@ import asyncio
 import json
 import os
 import re
+import time
 
 import httpx2
 import pytest
@@ -18,10 +19,14 @@ from mcp.client.streamable_http import streamable_http_client
 
 URL = os.environ["RUNBOX_URL"] + "/mcp"
 TOKEN = os.environ["RUNBOX_TOKEN"]
+# An api with room for one queued or running job, sharing the stack's Redis.
+TIGHT = os.environ["RUNBOX_TIGHT_URL"]
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+SLEEPER = {"language": "python", "code": "import time\ntime.sleep(30)", "timeout_ms": 40000}
 MODES = ["legacy", "2026-07-28", "auto"]
 
 
-def call(mode, work, token=TOKEN, statuses=None, methods=None):
+def call(mode, work, token=TOKEN, statuses=None, methods=None, url=URL):
     """Connects in `mode` with `token`, runs `work(client)` and returns its
     result; `statuses` collects the HTTP status of every response, and
     `methods` the JSON-RPC method of every message posted."""
@@ -40,7 +45,7 @@ def call(mode, work, token=TOKEN, statuses=None, methods=None):
             timeout=httpx2.Timeout(30, read=120),
             event_hooks={"request": [sent], "response": [record]},
         )
-        async with http, Client(streamable_http_client(URL, http_client=http), mode=mode) as client:
+        async with http, Client(streamable_http_client(url, http_client=http), mode=mode) as client:
             return await work(client)
 
     return asyncio.run(main())
@@ -165,3 +170,38 @@ def test_a_wrong_token_gets_401(mode):
     with pytest.raises(Exception):
         call(mode, work, token="not-the-token-0123456789", statuses=statuses)
     assert statuses and set(statuses) == {401}, statuses
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_full_queue_is_a_tool_error_that_says_to_retry(mode):
+    blocker = httpx2.post(f"{TIGHT}/v1/jobs", json=SLEEPER, headers=AUTH, timeout=30)
+    assert blocker.status_code == 202, blocker.text
+    try:
+
+        async def work(client):
+            return await client.call_tool("run_code", {"language": "python", "code": "print(1)"})
+
+        result = call(mode, work, url=f"{TIGHT}/mcp")
+        assert result.is_error is True
+        assert re.search(r"queue_full: .*queue is full.*Retry", text(result)), text(result)
+    finally:
+        httpx2.delete(f"{TIGHT}/v1/jobs/{blocker.json()['id']}", headers=AUTH, timeout=30)
+
+
+def test_an_abandoned_call_cancels_its_job():
+    """A client that goes away mid-run frees the queue: the tight api takes
+    a new job within seconds instead of after the abandoned one's 30 s."""
+    body = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "run_code", "arguments": SLEEPER}}
+    headers = {**AUTH, "Accept": "application/json, text/event-stream", "MCP-Protocol-Version": "2025-11-25"}
+    with pytest.raises(httpx2.ReadTimeout):
+        with httpx2.stream("POST", f"{TIGHT}/mcp", json=body, headers=headers, timeout=httpx2.Timeout(10, read=2)) as r:
+            assert r.status_code == 200
+            for _ in r.iter_raw():
+                pass
+    for _ in range(50):
+        probe = httpx2.post(f"{TIGHT}/v1/jobs?wait=10", json={"language": "python", "code": "print(1)"}, headers=AUTH, timeout=30)
+        if probe.status_code != 503:
+            break
+        time.sleep(0.2)
+    assert probe.status_code == 200, probe.text
+    assert probe.json()["stdout"] == "1\n"
