@@ -336,3 +336,95 @@ fn run_code_description(limits: &ApiLimits) -> String {
         stdin = limits.max_stdin_bytes,
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use runbox_common::{Outcome, Timings};
+
+    use super::*;
+
+    fn record(status: Status, exit_code: Option<i32>) -> JobRecord {
+        JobRecord {
+            id: "00000000-0000-4000-8000-000000000000".into(),
+            owner: "agent".into(),
+            language: Some(runbox_common::Language::Python),
+            status,
+            created_at: None,
+            started_at: None,
+            finished_at: None,
+            worker: None,
+            outcome: Some(Outcome {
+                status,
+                exit_code,
+                signal: None,
+                stdout: "out\n".into(),
+                stderr: "err".into(),
+                stdout_truncated: false,
+                stderr_truncated: true,
+                duration_ms: 12,
+                verdict: None,
+                files: Vec::new(),
+                files_truncated: false,
+            }),
+            timings: Timings::default(),
+        }
+    }
+
+    #[test]
+    fn run_code_is_described_with_the_limits_in_force() {
+        let timeouts =
+            runbox_common::Timeouts { default: Duration::from_millis(2_500), max: Duration::from_millis(30_000) };
+        let limits = ApiLimits { timeouts, ..ApiLimits::default() };
+        let tools = tools(&limits).list_all();
+        let run_code = tools.iter().find(|t| t.name == "run_code").expect("run_code listed");
+        let description = run_code.description.as_deref().unwrap_or_default();
+        for needle in ["2500 ms", "at most 30000 ms", "reach the network", "Nothing persists", "pytest"] {
+            assert!(description.contains(needle), "{needle:?} missing from {description}");
+        }
+        let input = serde_json::Value::Object((*run_code.input_schema).clone());
+        assert_eq!(input["required"], serde_json::json!(["language", "code"]));
+        assert_eq!(input["additionalProperties"], serde_json::json!(false));
+        let output = run_code.output_schema.as_ref().expect("output schema");
+        assert!(output["properties"]["exit_code"].is_object());
+    }
+
+    #[test]
+    fn only_a_clean_exit_is_not_an_error() {
+        let limits = ApiLimits::default();
+        let ok = run_result(record(Status::Completed, Some(0)), &limits);
+        assert_eq!(ok.is_error, Some(false));
+        let structured = ok.structured_content.expect("structured");
+        assert_eq!(structured["stdout"], "out\n");
+        assert_eq!(structured["exit_code"], 0);
+        assert_eq!(structured["stderr_truncated"], true);
+
+        let failed = run_result(record(Status::Completed, Some(2)), &limits);
+        assert_eq!(failed.is_error, Some(true));
+        assert!(text_of(&failed).contains("exited with code 2"));
+        assert!(text_of(&failed).contains("--- stderr (cut at the output cap) ---\nerr\n"));
+
+        let timeout = run_result(record(Status::Timeout, None), &limits);
+        assert_eq!(timeout.is_error, Some(true));
+        assert!(text_of(&timeout).contains("timeout_ms"), "{}", text_of(&timeout));
+
+        let mut cancelled = record(Status::Cancelled, None);
+        cancelled.outcome = None;
+        let cancelled = run_result(cancelled, &limits);
+        assert_eq!(cancelled.is_error, Some(true));
+        assert_eq!(cancelled.structured_content.expect("structured")["status"], "cancelled");
+    }
+
+    #[test]
+    fn errors_keep_their_code_and_say_what_to_do() {
+        let full = tool_error(ApiError::QueueFull);
+        assert_eq!(full.is_error, Some(true));
+        assert!(text_of(&full).starts_with("queue_full: "));
+        assert!(text_of(&full).contains("Retry"));
+        let bad = tool_error(ApiError::InvalidField("code is required".into()));
+        assert_eq!(text_of(&bad), "invalid_field: code is required");
+    }
+
+    fn text_of(result: &CallToolResult) -> String {
+        result.content.iter().filter_map(|c| c.as_text()).map(|t| t.text.as_str()).collect()
+    }
+}
