@@ -160,8 +160,11 @@ impl McpServer {
         // rmcp cancels the token when the client disconnects (or cancels the
         // request) but lets the handler run on; stopping here drops the
         // pending run, which cancels the job.
+        // rmcp runs the tool in a task of its own, outside the request's span.
+        let span = tracing::info_span!("mcp_tool", tool = "run_code", caller = %caller.0);
+        let run = tracing::Instrument::instrument(self.run(&caller, &args), span);
         tokio::select! {
-            result = self.run(&caller, &args) => Ok(result.unwrap_or_else(tool_error)),
+            result = run => Ok(result.unwrap_or_else(tool_error)),
             () = abandoned.cancelled() => Err(ErrorData::internal_error("the request was abandoned", None)),
         }
     }
