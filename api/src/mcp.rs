@@ -69,6 +69,7 @@ pub(crate) fn service(state: AppState) -> StreamableHttpService<McpServer, Never
 
 /// Every tool `/mcp` offers.
 fn tools(limits: &ApiLimits) -> ToolRouter<McpServer> {
+    // A further group of tools is added here: `McpServer::job_tools() + McpServer::other_tools()`.
     let mut tools = McpServer::job_tools();
     // The description names the limits in force, which are configuration,
     // so it is written here rather than in the `#[tool]` attribute.
@@ -297,6 +298,8 @@ pub(crate) fn tool_error(error: ApiError) -> CallToolResult {
             tracing::error!(error = %cause, "redis unavailable");
             "runbox is unavailable right now; nothing was run. Retry shortly.".to_owned()
         }
+        // A tool result has no Retry-After header to point at.
+        ApiError::QuotaExceeded { message, .. } => message.replace("after the Retry-After delay", "in a second"),
         other => other.to_string(),
     };
     text_error(format!("{}: {message}", error.code()))
@@ -423,6 +426,9 @@ mod tests {
         assert_eq!(full.is_error, Some(true));
         assert!(text_of(&full).starts_with("queue_full: "));
         assert!(text_of(&full).contains("Retry"));
+        let quota = runbox_common::Quota { max_active: 0, per_second: 5 };
+        let rate = tool_error(ApiError::over_quota(runbox_common::OverQuota::Rate, quota));
+        assert_eq!(text_of(&rate), "quota_exceeded: this token may submit 5 times per second; retry in a second");
         let bad = tool_error(ApiError::InvalidField("code is required".into()));
         assert_eq!(text_of(&bad), "invalid_field: code is required");
     }
