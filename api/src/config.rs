@@ -20,6 +20,42 @@ pub struct ApiConfig {
     pub quotas: Quotas,
     /// Idle timeouts, lifetime, per-token cap and checkpoint TTL of sessions.
     pub sessions: SessionLimits,
+    /// `RUNBOX_MCP_ALLOWED_HOSTS`.
+    pub mcp_hosts: McpHosts,
+}
+
+/// The `Host` values `/mcp` answers. A server reachable from a browser's
+/// machine could be reached through DNS rebinding by any web page that
+/// names its own domain; checking `Host` refuses those requests.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum McpHosts {
+    /// Only these host names, each optionally with `:port`.
+    Only(Vec<String>),
+    /// Any `Host`: `RUNBOX_MCP_ALLOWED_HOSTS=*`.
+    Any,
+}
+
+impl McpHosts {
+    /// Loopback only, so a local stack works and nothing else does until
+    /// a deployment names its host.
+    pub const DEFAULT: &str = "localhost,127.0.0.1,::1";
+
+    /// Parses a comma-separated list of `host` or `host:port`, or `*`.
+    pub fn parse(text: &str) -> Result<McpHosts, ConfigError> {
+        let invalid =
+            |reason: String| ConfigError::Invalid { name: "RUNBOX_MCP_ALLOWED_HOSTS", value: text.to_owned(), reason };
+        let hosts: Vec<String> = text.split(',').map(str::trim).filter(|h| !h.is_empty()).map(str::to_owned).collect();
+        if hosts == ["*"] {
+            return Ok(McpHosts::Any);
+        }
+        if hosts.is_empty() {
+            return Err(invalid("name at least one host, or * for any".into()));
+        }
+        if let Some(bad) = hosts.iter().find(|h| h.contains(['*', '/', ' ', '@'])) {
+            return Err(invalid(format!("{bad:?} is not a host name or host:port (use * alone to allow any host)")));
+        }
+        Ok(McpHosts::Only(hosts))
+    }
 }
 
 /// What the api accepts.
@@ -102,6 +138,28 @@ impl ApiConfig {
             )?,
             quotas: Quotas::parse(&env_or("RUNBOX_QUOTAS", String::new())?)?,
             sessions: SessionLimits::from_env()?,
+            mcp_hosts: McpHosts::parse(&env_or("RUNBOX_MCP_ALLOWED_HOSTS", McpHosts::DEFAULT.to_owned())?)?,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mcp_hosts_parse() {
+        assert_eq!(
+            McpHosts::parse(McpHosts::DEFAULT).expect("default"),
+            McpHosts::Only(vec!["localhost".into(), "127.0.0.1".into(), "::1".into()])
+        );
+        assert_eq!(
+            McpHosts::parse(" runbox.example.com , api.internal:8080 ").expect("list"),
+            McpHosts::Only(vec!["runbox.example.com".into(), "api.internal:8080".into()])
+        );
+        assert_eq!(McpHosts::parse("*").expect("any"), McpHosts::Any);
+        for bad in ["", " , ", "*.example.com", "a,*", "https://runbox.example.com", "user@host"] {
+            assert!(McpHosts::parse(bad).is_err(), "{bad:?} was accepted");
+        }
     }
 }

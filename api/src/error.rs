@@ -111,6 +111,17 @@ impl ApiError {
 }
 
 impl ApiError {
+    /// The snake_case code a client can match on, as in the JSON body.
+    pub fn code(&self) -> &'static str {
+        self.status_and_code().1
+    }
+
+    /// Whether this is runbox's fault rather than the request's (a 5xx):
+    /// such a cause is logged, and the caller is told only to retry.
+    pub fn is_server_side(&self) -> bool {
+        self.status_and_code().0.is_server_error()
+    }
+
     /// The 429 for a submission that would pass `quota`.
     pub fn over_quota(which: runbox_common::OverQuota, quota: runbox_common::Quota) -> ApiError {
         let message = match which {

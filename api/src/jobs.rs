@@ -9,7 +9,9 @@ use axum::extract::rejection::BytesRejection;
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use runbox_common::{Enqueued, Idempotency, JobRecord, Language, OutputFile, Status, Timings, Verdict, now_rfc3339};
+use runbox_common::{
+    Enqueued, Idempotency, JobRecord, JobSpec, Language, OutputFile, Status, Timings, Verdict, now_rfc3339,
+};
 use serde::Serialize;
 use serde_json::json;
 use tokio::time::Instant;
@@ -125,43 +127,8 @@ pub async fn submit(
     let spec = validate::job_spec_fields(&fields, &state.config.limits)?;
     let callback = callbacks::check_url(&state, &caller.0, fields.get("callback_url")).await?;
 
-    let id = uuid::Uuid::new_v4().to_string();
-    let payload = serde_json::to_string(&spec).map_err(|e| ApiError::InvalidJson(e.to_string()))?;
-    let signature = state.config.shared.signing_key.sign(&id, &payload);
     let key = idempotency_key(&headers)?;
-    let idempotency = key.map(|key| Idempotency { key, ttl: state.config.shared.result_ttl });
-    let enqueued = state
-        .queue
-        .enqueue(
-            &id,
-            &caller.0,
-            spec.language.as_str(),
-            &payload,
-            &signature,
-            state.config.limits.max_queue,
-            &now_rfc3339(),
-            idempotency,
-            callback.as_deref(),
-            state.config.quotas.of(&caller.0),
-        )
-        .await?;
-    let duplicate = matches!(enqueued, Enqueued::Duplicate(_));
-    let id = match enqueued {
-        Enqueued::Accepted => {
-            state.metrics.jobs_submitted.with_label_values(&[spec.language.as_str()]).inc();
-            tracing::info!(%id, language = %spec.language, "job queued");
-            id
-        }
-        Enqueued::Full => {
-            state.metrics.queue_full.inc();
-            return Err(ApiError::QueueFull);
-        }
-        Enqueued::Duplicate(first) => {
-            tracing::info!(id = %first, "idempotency key reused: answering with the first job");
-            first
-        }
-        Enqueued::OverQuota(which) => return Err(ApiError::over_quota(which, state.config.quotas.of(&caller.0))),
-    };
+    let Queued { id, duplicate } = enqueue(&state, &caller, &spec, key, callback.as_deref()).await?;
 
     // A retried request answers with the first job as it is now.
     let mut status = Status::Queued;
@@ -174,6 +141,60 @@ pub async fn submit(
         status = record.status;
     }
     Ok((StatusCode::ACCEPTED, Json(json!({ "id": id, "status": status }))).into_response())
+}
+
+/// A job that is in the queue: its id, and whether it was queued by an
+/// earlier request with the same idempotency key.
+pub(crate) struct Queued {
+    pub id: String,
+    pub duplicate: bool,
+}
+
+/// Signs and queues a validated job for `caller`, within the queue cap and
+/// the caller's quotas. Every surface that runs a job (`/v1/jobs`, MCP)
+/// goes through here, so they share one path to the workers.
+pub(crate) async fn enqueue(
+    state: &AppState,
+    caller: &Caller,
+    spec: &JobSpec,
+    idempotency_key: Option<&str>,
+    callback: Option<&str>,
+) -> Result<Queued, ApiError> {
+    let id = uuid::Uuid::new_v4().to_string();
+    let payload = serde_json::to_string(spec).map_err(|e| ApiError::InvalidJson(e.to_string()))?;
+    let signature = state.config.shared.signing_key.sign(&id, &payload);
+    let idempotency = idempotency_key.map(|key| Idempotency { key, ttl: state.config.shared.result_ttl });
+    let enqueued = state
+        .queue
+        .enqueue(
+            &id,
+            &caller.0,
+            spec.language.as_str(),
+            &payload,
+            &signature,
+            state.config.limits.max_queue,
+            &now_rfc3339(),
+            idempotency,
+            callback,
+            state.config.quotas.of(&caller.0),
+        )
+        .await?;
+    match enqueued {
+        Enqueued::Accepted => {
+            state.metrics.jobs_submitted.with_label_values(&[spec.language.as_str()]).inc();
+            tracing::info!(%id, language = %spec.language, "job queued");
+            Ok(Queued { id, duplicate: false })
+        }
+        Enqueued::Full => {
+            state.metrics.queue_full.inc();
+            Err(ApiError::QueueFull)
+        }
+        Enqueued::Duplicate(first) => {
+            tracing::info!(id = %first, "idempotency key reused: answering with the first job");
+            Ok(Queued { id: first, duplicate: true })
+        }
+        Enqueued::OverQuota(which) => Err(ApiError::over_quota(which, state.config.quotas.of(&caller.0))),
+    }
 }
 
 pub async fn get(

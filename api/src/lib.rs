@@ -9,6 +9,7 @@
 //! - `jobs`: the `/v1/jobs` handlers and the job object.
 //! - `batches`: the `/v1/batches` handlers: many jobs as one.
 //! - `sessions`: the `/v1/sessions` handlers: state that lasts across execs.
+//! - `mcp`: `/mcp`, the same jobs as Model Context Protocol tools.
 //! - `callbacks`: signed delivery of finished jobs and batches to `callback_url`.
 //! - `validate`: request body → job spec, with errors that say what to fix.
 //! - `auth`: bearer tokens, compared in constant time.
@@ -24,6 +25,7 @@ mod callbacks;
 mod config;
 mod error;
 mod jobs;
+mod mcp;
 mod metrics;
 mod quotas;
 mod sessions;
@@ -41,7 +43,7 @@ use axum::{Json, Router, middleware};
 use runbox_common::{Language, Queue, QueueError, WorkerInfo, now_unix_ms};
 use serde_json::{Value, json};
 
-pub use config::{ApiConfig, ApiLimits};
+pub use config::{ApiConfig, ApiLimits, McpHosts};
 pub use error::ApiError;
 pub use metrics::Metrics;
 use waiters::Waiters;
@@ -100,8 +102,14 @@ pub fn app(state: AppState) -> Router {
         .layer(DefaultBodyLimit::max(state.config.limits.max_body_bytes()))
         .merge(batches)
         .route_layer(middleware::from_fn_with_state(state.clone(), auth::require_token));
+    // rmcp enforces its own body limit (the same as a job's), so axum's is
+    // not layered on here.
+    let mcp = Router::new()
+        .route_service("/mcp", mcp::service(state.clone()))
+        .route_layer(middleware::from_fn_with_state(state.clone(), auth::require_token));
     Router::new()
         .merge(v1)
+        .merge(mcp)
         .route("/healthz", get(|| async { Json(json!({ "status": "ok" })) }))
         .route("/readyz", get(readyz))
         .fallback(|method: Method, uri: Uri| async move { ApiError::NoRoute(format!("{method} {}", uri.path())) })

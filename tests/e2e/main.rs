@@ -15,6 +15,7 @@ mod cluster;
 mod fairness;
 mod faults;
 mod longpoll;
+mod mcp;
 mod quotas;
 mod recovery;
 mod redis_setups;

@@ -1,0 +1,439 @@
+//! `/mcp`: runbox as a Model Context Protocol server over Streamable HTTP.
+//!
+//! rmcp's `StreamableHttpService` speaks the protocol; this module only
+//! adapts. A tool turns its arguments into what the native route would get,
+//! calls the same functions (`validate`, `jobs::enqueue`, `jobs::wait_for`),
+//! and turns the job, or the [`ApiError`], into a tool result. Nothing here
+//! runs, signs or queues a job any other way.
+//!
+//! # Stateless
+//!
+//! The service keeps no MCP session (`legacy_session_mode` off): every POST
+//! is answered on its own. An `initialize` handshake is answered like any
+//! request, without an `Mcp-Session-Id`, so clients of the handshake
+//! revisions (2024-11-05 to 2025-11-25) work, and so do clients of the
+//! 2026-07-28 revision, which has no handshake and carries the protocol
+//! version on each request. Sessions would live in one api process's
+//! memory, and the api runs as several replicas behind a load balancer; no
+//! tool needs them, since every job lives in Redis. Answers are SSE
+//! streams, so a long run is kept alive by keep-alive comments instead of
+//! looking idle to a proxy.
+//!
+//! # Adding tools
+//!
+//! Each group of tools is one `#[tool_router(router = NAME)]` impl block on
+//! [`McpServer`]; [`tools`] adds the groups together. A tool takes the
+//! caller from the request with [`caller`] and maps errors with
+//! [`tool_error`], so every tool reports bad input the same way.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::http::request::Parts;
+use rmcp::handler::server::router::tool::ToolRouter;
+use rmcp::handler::server::tool::{Extension, schema_for_input, schema_for_output};
+use rmcp::model::{CallToolResult, ContentBlock, JsonObject};
+use rmcp::transport::streamable_http_server::session::never::NeverSessionManager;
+use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
+use rmcp::{ErrorData, tool, tool_handler, tool_router};
+use runbox_common::{JobRecord, Status, now_rfc3339};
+use schemars::JsonSchema;
+use serde::Serialize;
+use tokio_util::sync::CancellationToken;
+
+use crate::auth::Caller;
+use crate::config::{ApiLimits, McpHosts};
+use crate::error::ApiError;
+use crate::{AppState, jobs, validate};
+
+/// How long a run may wait in the queue, on top of its own time limit,
+/// before `run_code` gives up on it, cancels it and says to retry.
+const QUEUE_PATIENCE: Duration = Duration::from_secs(60);
+
+/// The `/mcp` service: stateless Streamable HTTP over the tools.
+pub(crate) fn service(state: AppState) -> StreamableHttpService<McpServer, NeverSessionManager> {
+    let tools = Arc::new(tools(&state.config.limits));
+    let mut config = StreamableHttpServerConfig::default()
+        .with_legacy_session_mode(false)
+        .with_max_request_body_bytes(state.config.limits.max_body_bytes());
+    config = match &state.config.mcp_hosts {
+        McpHosts::Only(hosts) => config.with_allowed_hosts(hosts.clone()),
+        McpHosts::Any => config.disable_allowed_hosts(),
+    };
+    StreamableHttpService::new(
+        move || Ok(McpServer { state: state.clone(), tools: tools.clone() }),
+        Arc::new(NeverSessionManager::default()),
+        config,
+    )
+}
+
+/// Every tool `/mcp` offers.
+fn tools(limits: &ApiLimits) -> ToolRouter<McpServer> {
+    // A further group of tools is added here: `McpServer::job_tools() + McpServer::other_tools()`.
+    let mut tools = McpServer::job_tools();
+    // The description names the limits in force, which are configuration,
+    // so it is written here rather than in the `#[tool]` attribute.
+    if let Some(route) = tools.map.get_mut("run_code") {
+        route.attr.description = Some(run_code_description(limits).into());
+    }
+    tools
+}
+
+/// One MCP request's view of the api. The service makes one per request,
+/// so it holds only shared handles.
+#[derive(Clone)]
+pub(crate) struct McpServer {
+    state: AppState,
+    tools: Arc<ToolRouter<McpServer>>,
+}
+
+#[tool_handler(
+    router = self.tools,
+    name = "runbox",
+    instructions = "runbox runs Python, JavaScript and TypeScript programs in a sandbox without network access. Call run_code with the whole program; nothing persists between calls."
+)]
+impl rmcp::ServerHandler for McpServer {}
+
+/// What `run_code` takes. Only its schema is used: the arguments go to
+/// `validate` as JSON, so a bad one gets the same message as on `/v1/jobs`
+/// and comes back as a tool error the model can act on, rather than as a
+/// protocol error.
+#[derive(JsonSchema)]
+#[schemars(deny_unknown_fields)]
+#[expect(dead_code, reason = "only the JSON schema of this type is used")]
+struct RunCodeArgs {
+    /// The language of `code`.
+    #[schemars(extend("enum" = ["python", "javascript", "typescript"]))]
+    language: String,
+    /// The whole program. Nothing from earlier calls is there: define everything it uses.
+    code: String,
+    /// Text to feed the program on standard input.
+    stdin: Option<String>,
+    /// Wall-clock limit for the run, in milliseconds (the tool description gives the default and the maximum).
+    timeout_ms: Option<u64>,
+}
+
+/// The arguments `run_code` takes; anything else is refused, as a typo
+/// such as `timeout` would otherwise be silently ignored.
+const RUN_CODE_ARGS: &[&str] = &["language", "code", "stdin", "timeout_ms"];
+
+/// What `run_code` returns as `structuredContent`.
+#[derive(Serialize, JsonSchema)]
+struct RunResult {
+    /// The job's id: `GET /v1/jobs/{id}` reads the same job for as long as results are kept.
+    id: String,
+    /// `completed` (the program ran to its end: read `exit_code`), `timeout`, `memory_exceeded`,
+    /// `cancelled`, `rejected`, `worker_lost` or `internal_error`.
+    status: String,
+    /// The program's exit code; null when it did not exit by itself (time limit, memory cap).
+    exit_code: Option<i32>,
+    stdout: String,
+    stderr: String,
+    /// stdout was longer than the output cap and was cut.
+    stdout_truncated: bool,
+    /// stderr was longer than the output cap and was cut.
+    stderr_truncated: bool,
+    /// How long the program ran, in milliseconds.
+    duration_ms: u64,
+}
+
+#[tool_router(router = job_tools, vis = "pub(crate)")]
+impl McpServer {
+    #[tool(
+        name = "run_code",
+        input_schema = schema_for_input::<RunCodeArgs>().unwrap_or_else(|e| panic!("run_code input schema: {e}")),
+        output_schema = schema_for_output::<RunResult>(),
+        annotations(
+            title = "Run code in a sandbox",
+            read_only_hint = false,
+            destructive_hint = false,
+            idempotent_hint = false,
+            open_world_hint = false
+        )
+    )]
+    async fn run_code(
+        &self,
+        Extension(parts): Extension<Parts>,
+        abandoned: CancellationToken,
+        args: JsonObject,
+    ) -> Result<CallToolResult, ErrorData> {
+        let caller = caller(&parts)?;
+        // rmcp cancels the token when the client disconnects (or cancels the
+        // request) but lets the handler run on; stopping here drops the
+        // pending run, which cancels the job.
+        // rmcp runs the tool in a task of its own, outside the request's span.
+        let span = tracing::info_span!("mcp_tool", tool = "run_code", caller = %caller.0);
+        let run = tracing::Instrument::instrument(self.run(&caller, &args), span);
+        tokio::select! {
+            result = run => Ok(result.unwrap_or_else(tool_error)),
+            () = abandoned.cancelled() => Err(ErrorData::internal_error("the request was abandoned", None)),
+        }
+    }
+}
+
+impl McpServer {
+    /// Queues `args` as a job, exactly as `POST /v1/jobs` would, and waits
+    /// for its result.
+    async fn run(&self, caller: &Caller, args: &JsonObject) -> Result<CallToolResult, ApiError> {
+        if let Some(unknown) = args.keys().find(|k| !RUN_CODE_ARGS.contains(&k.as_str())) {
+            return Err(ApiError::UnknownField(format!(
+                "unknown argument {unknown:?}; run_code takes {}",
+                RUN_CODE_ARGS.join(", ")
+            )));
+        }
+        let limits = &self.state.config.limits;
+        let spec = validate::job_spec_fields(args, limits)?;
+        let queued = jobs::enqueue(&self.state, caller, &spec, None, None).await?;
+        // Dropped, and so the job cancelled, when the call is abandoned too.
+        let mut pending = CancelOnDrop { state: self.state.clone(), id: Some(queued.id.clone()) };
+        let run_for = Duration::from_millis(spec.timeout_ms.unwrap_or(limits.timeouts.default_ms()));
+        let record = jobs::wait_for(&self.state, &queued.id, run_for + QUEUE_PATIENCE).await?;
+        let Some(record) = record.filter(|r| r.status.is_final()) else {
+            let why = if self.state.stopping.is_cancelled() {
+                "the api is restarting".to_owned()
+            } else {
+                format!("it waited more than {} s for a worker; runbox is busy", QUEUE_PATIENCE.as_secs())
+            };
+            return Ok(text_error(format!("The program was not run: {why}. Retry in a little while.")));
+        };
+        pending.id = None;
+        Ok(run_result(record, limits))
+    }
+}
+
+/// Cancels a job that no one is waiting for any more, so it does not take
+/// a worker's time.
+struct CancelOnDrop {
+    state: AppState,
+    id: Option<String>,
+}
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        let Some(id) = self.id.take() else { return };
+        let state = self.state.clone();
+        tokio::spawn(async move {
+            let ttl = state.config.shared.result_ttl;
+            match state.queue.cancel(&id, &now_rfc3339(), ttl).await {
+                Ok(cancelled) => tracing::info!(%id, ?cancelled, "mcp: run abandoned; cancelled"),
+                Err(e) => tracing::warn!(%id, error = %e, "mcp: could not cancel an abandoned run"),
+            }
+        });
+    }
+}
+
+/// A finished job as a tool result: readable text for the model, the same
+/// fields as `structuredContent` for programs, and `isError` unless the
+/// program ran to its end and exited 0.
+fn run_result(record: JobRecord, limits: &ApiLimits) -> CallToolResult {
+    // A job cancelled before it started has a final status and no outcome.
+    let outcome = record.outcome;
+    let result = RunResult {
+        id: record.id,
+        status: record.status.as_str().to_owned(),
+        exit_code: outcome.as_ref().and_then(|o| o.exit_code),
+        stdout: outcome.as_ref().map(|o| o.stdout.clone()).unwrap_or_default(),
+        stderr: outcome.as_ref().map(|o| o.stderr.clone()).unwrap_or_default(),
+        stdout_truncated: outcome.as_ref().is_some_and(|o| o.stdout_truncated),
+        stderr_truncated: outcome.as_ref().is_some_and(|o| o.stderr_truncated),
+        duration_ms: outcome.as_ref().map_or(0, |o| o.duration_ms),
+    };
+    let failed = !(record.status == Status::Completed && result.exit_code == Some(0));
+    // The text is for a model to read, so output is shown as it was rather
+    // than as an escaped JSON string; `structuredContent` has the JSON.
+    let text = summary(&result, record.status, limits);
+    let mut answer = CallToolResult::structured(serde_json::to_value(&result).unwrap_or_default());
+    answer.content = vec![ContentBlock::text(text)];
+    answer.is_error = Some(failed);
+    answer
+}
+
+/// The result as text: what happened, then stdout and stderr.
+fn summary(result: &RunResult, status: Status, limits: &ApiLimits) -> String {
+    let what = match status {
+        Status::Completed => match result.exit_code {
+            Some(code) => format!("The program exited with code {code}"),
+            None => "The program ended without an exit code".to_owned(),
+        },
+        Status::Timeout => format!(
+            "The program was killed at its time limit; make it faster, or pass a larger timeout_ms (at most {})",
+            limits.timeouts.max_ms()
+        ),
+        Status::MemoryExceeded => "The program was killed at the memory cap; use less memory".to_owned(),
+        Status::Cancelled => "The run was cancelled".to_owned(),
+        other => format!("The program did not run to an end (status {}); retry", other.as_str()),
+    };
+    let mut text = format!("{what} after {} ms (status {}).\n", result.duration_ms, result.status);
+    for (name, output, truncated) in
+        [("stdout", &result.stdout, result.stdout_truncated), ("stderr", &result.stderr, result.stderr_truncated)]
+    {
+        if output.is_empty() {
+            text.push_str(&format!("{name}: (empty)\n"));
+            continue;
+        }
+        text.push_str(&format!("--- {name}{} ---\n{output}", if truncated { " (cut at the output cap)" } else { "" }));
+        if !output.ends_with('\n') {
+            text.push('\n');
+        }
+    }
+    text
+}
+
+/// The caller the bearer-token middleware found for this request.
+pub(crate) fn caller(parts: &Parts) -> Result<Caller, ErrorData> {
+    // `/mcp` is routed behind `auth::require_token`, so this is always
+    // there; its absence would be a routing mistake, not a client's.
+    parts.extensions.get::<Caller>().cloned().ok_or_else(|| {
+        tracing::error!("mcp: no caller on the request; is /mcp outside the auth middleware?");
+        ErrorData::internal_error("internal error", None)
+    })
+}
+
+/// An [`ApiError`] as a tool error, which MCP clients show to the model:
+/// the same message as the JSON error of `/v1`, under the same code.
+pub(crate) fn tool_error(error: ApiError) -> CallToolResult {
+    let message = match &error {
+        ApiError::QueueFull => "runbox's queue is full; nothing was run. Retry in a second or two.".to_owned(),
+        ApiError::Unavailable(cause) => {
+            tracing::error!(error = %cause, "redis unavailable");
+            "runbox is unavailable right now; nothing was run. Retry shortly.".to_owned()
+        }
+        // A tool result has no Retry-After header to point at.
+        ApiError::QuotaExceeded { message, .. } => message.replace("after the Retry-After delay", "in a second"),
+        other => other.to_string(),
+    };
+    text_error(format!("{}: {message}", error.code()))
+}
+
+fn text_error(message: String) -> CallToolResult {
+    CallToolResult::error(vec![ContentBlock::text(message)])
+}
+
+/// What `run_code` tells a model about itself: what the sandbox has, what
+/// it lacks, and the limits in force.
+fn run_code_description(limits: &ApiLimits) -> String {
+    format!(
+        "Run a Python, JavaScript or TypeScript program in a fresh sandbox and get back its stdout, stderr, \
+         exit code, status and duration.\n\
+         \n\
+         The program may read stdin, print to stdout and stderr, and use its language's standard library. \
+         Python is CPython 3.13 (Pyodide); beyond the standard library it can import only these pure-Python \
+         packages: pytest, hypothesis, python-dateutil, tabulate, more-itertools, attrs and typing-extensions \
+         (with iniconfig, packaging, pluggy, pygments, sortedcontainers and tzdata). No NumPy, pandas or other \
+         compiled packages. JavaScript and TypeScript run in Deno with its built-in APIs only; there are no npm \
+         packages.\n\
+         \n\
+         It cannot: reach the network (fetch, sockets and imports from URLs fail), install packages (no pip, \
+         micropip or npm), start subprocesses, read environment variables or the host's files. Nothing persists \
+         between run_code calls: each call starts from nothing, so send the whole program, with every \
+         definition and import it needs, each time.\n\
+         \n\
+         Limits: {default} ms of wall-clock time unless timeout_ms says otherwise, at most {max} ms; code up to \
+         {code} bytes and stdin up to {stdin} bytes; memory is capped per run (256 MiB unless the operator \
+         changed it); stdout and stderr are each kept up to 1 MiB by default, and what is cut is flagged in \
+         stdout_truncated and stderr_truncated.\n\
+         \n\
+         status is completed when the program ran to its end (read exit_code), timeout when the time limit \
+         killed it, memory_exceeded when it hit the memory cap. isError is true unless it completed with exit \
+         code 0.",
+        default = limits.timeouts.default_ms(),
+        max = limits.timeouts.max_ms(),
+        code = limits.max_code_bytes,
+        stdin = limits.max_stdin_bytes,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use runbox_common::{Outcome, Timings};
+
+    use super::*;
+
+    fn record(status: Status, exit_code: Option<i32>) -> JobRecord {
+        JobRecord {
+            id: "00000000-0000-4000-8000-000000000000".into(),
+            owner: "agent".into(),
+            language: Some(runbox_common::Language::Python),
+            status,
+            created_at: None,
+            started_at: None,
+            finished_at: None,
+            worker: None,
+            outcome: Some(Outcome {
+                status,
+                exit_code,
+                signal: None,
+                stdout: "out\n".into(),
+                stderr: "err".into(),
+                stdout_truncated: false,
+                stderr_truncated: true,
+                duration_ms: 12,
+                verdict: None,
+                files: Vec::new(),
+                files_truncated: false,
+            }),
+            timings: Timings::default(),
+        }
+    }
+
+    #[test]
+    fn run_code_is_described_with_the_limits_in_force() {
+        let timeouts =
+            runbox_common::Timeouts { default: Duration::from_millis(2_500), max: Duration::from_millis(30_000) };
+        let limits = ApiLimits { timeouts, ..ApiLimits::default() };
+        let tools = tools(&limits).list_all();
+        let run_code = tools.iter().find(|t| t.name == "run_code").expect("run_code listed");
+        let description = run_code.description.as_deref().unwrap_or_default();
+        for needle in ["2500 ms", "at most 30000 ms", "reach the network", "Nothing persists", "pytest"] {
+            assert!(description.contains(needle), "{needle:?} missing from {description}");
+        }
+        let input = serde_json::Value::Object((*run_code.input_schema).clone());
+        assert_eq!(input["required"], serde_json::json!(["language", "code"]));
+        assert_eq!(input["additionalProperties"], serde_json::json!(false));
+        let output = run_code.output_schema.as_ref().expect("output schema");
+        assert!(output["properties"]["exit_code"].is_object());
+    }
+
+    #[test]
+    fn only_a_clean_exit_is_not_an_error() {
+        let limits = ApiLimits::default();
+        let ok = run_result(record(Status::Completed, Some(0)), &limits);
+        assert_eq!(ok.is_error, Some(false));
+        let structured = ok.structured_content.expect("structured");
+        assert_eq!(structured["stdout"], "out\n");
+        assert_eq!(structured["exit_code"], 0);
+        assert_eq!(structured["stderr_truncated"], true);
+
+        let failed = run_result(record(Status::Completed, Some(2)), &limits);
+        assert_eq!(failed.is_error, Some(true));
+        assert!(text_of(&failed).contains("exited with code 2"));
+        assert!(text_of(&failed).contains("--- stderr (cut at the output cap) ---\nerr\n"));
+
+        let timeout = run_result(record(Status::Timeout, None), &limits);
+        assert_eq!(timeout.is_error, Some(true));
+        assert!(text_of(&timeout).contains("timeout_ms"), "{}", text_of(&timeout));
+
+        let mut cancelled = record(Status::Cancelled, None);
+        cancelled.outcome = None;
+        let cancelled = run_result(cancelled, &limits);
+        assert_eq!(cancelled.is_error, Some(true));
+        assert_eq!(cancelled.structured_content.expect("structured")["status"], "cancelled");
+    }
+
+    #[test]
+    fn errors_keep_their_code_and_say_what_to_do() {
+        let full = tool_error(ApiError::QueueFull);
+        assert_eq!(full.is_error, Some(true));
+        assert!(text_of(&full).starts_with("queue_full: "));
+        assert!(text_of(&full).contains("Retry"));
+        let quota = runbox_common::Quota { max_active: 0, per_second: 5 };
+        let rate = tool_error(ApiError::over_quota(runbox_common::OverQuota::Rate, quota));
+        assert_eq!(text_of(&rate), "quota_exceeded: this token may submit 5 times per second; retry in a second");
+        let bad = tool_error(ApiError::InvalidField("code is required".into()));
+        assert_eq!(text_of(&bad), "invalid_field: code is required");
+    }
+
+    fn text_of(result: &CallToolResult) -> String {
+        result.content.iter().filter_map(|c| c.as_text()).map(|t| t.text.as_str()).collect()
+    }
+}

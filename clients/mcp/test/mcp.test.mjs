@@ -1,0 +1,114 @@
+// runbox's /mcp through the official TypeScript SDK, against a real stack
+// started by clients/with-stack (RUNBOX_URL, RUNBOX_TOKEN).
+import assert from "node:assert/strict";
+import { after, before, describe, test } from "node:test";
+
+import { Client } from "@modelcontextprotocol/sdk/client/index.js";
+import { StreamableHTTPClientTransport, StreamableHTTPError } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
+
+const url = new URL("/mcp", process.env.RUNBOX_URL);
+const token = process.env.RUNBOX_TOKEN;
+
+async function connect(bearer) {
+  const client = new Client({ name: "runbox-mcp-test", version: "0.0.0" });
+  const transport = new StreamableHTTPClientTransport(url, {
+    requestInit: { headers: { Authorization: `Bearer ${bearer}` } },
+  });
+  await client.connect(transport);
+  return client;
+}
+
+function text(result) {
+  return result.content.filter((c) => c.type === "text").map((c) => c.text).join("\n");
+}
+
+describe("runbox /mcp with @modelcontextprotocol/sdk", () => {
+  let client;
+  before(async () => {
+    client = await connect(token);
+  });
+  after(async () => {
+    await client?.close();
+  });
+
+  test("the handshake names the server", () => {
+    assert.equal(client.getServerVersion()?.name, "runbox");
+    assert.ok(client.getServerCapabilities()?.tools, "tools capability");
+  });
+
+  test("run_code is listed, says what the sandbox lacks, and declares its output", async () => {
+    const { tools } = await client.listTools();
+    const runCode = tools.find((t) => t.name === "run_code");
+    assert.ok(runCode, `run_code among ${tools.map((t) => t.name)}`);
+    assert.match(runCode.description, /no network|cannot: reach the network/i);
+    assert.match(runCode.description, /Nothing persists between run_code calls/);
+    assert.match(runCode.description, /pytest/);
+    assert.deepEqual(runCode.inputSchema.required, ["language", "code"]);
+    assert.deepEqual(runCode.inputSchema.properties.language.enum, ["python", "javascript", "typescript"]);
+    assert.ok(runCode.outputSchema?.properties?.exit_code, "outputSchema names exit_code");
+  });
+
+  // callTool checks structuredContent against the declared outputSchema,
+  // so each of these also checks that the two agree.
+  const programs = [
+    ["python", "import sys\nprint(sum(map(int, sys.stdin.read().split())))", "2 3 4", "9\n"],
+    ["javascript", "console.log([1, 2, 3].map((x) => x * 2).join(','))", undefined, "2,4,6\n"],
+    ["typescript", "const greet = (name: string): string => `hi ${name}`;\nconsole.log(greet('ts'))", undefined, "hi ts\n"],
+  ];
+  for (const [language, code, stdin, expected] of programs) {
+    test(`run_code runs ${language}`, async () => {
+      const args = { language, code, ...(stdin === undefined ? {} : { stdin }) };
+      const result = await client.callTool({ name: "run_code", arguments: args });
+      assert.equal(result.isError, false, text(result));
+      const run = result.structuredContent;
+      assert.equal(run.status, "completed");
+      assert.equal(run.exit_code, 0);
+      assert.equal(run.stdout, expected);
+      assert.equal(run.stderr, "");
+      assert.equal(typeof run.duration_ms, "number");
+      assert.match(run.id, /^[0-9a-f-]{36}$/);
+      assert.ok(text(result).includes(expected.trim()), text(result));
+    });
+  }
+
+  test("a failing program is a tool error with its exit code and stderr", async () => {
+    const code = "console.error('bad things'); Deno.exit(3)";
+    const result = await client.callTool({ name: "run_code", arguments: { language: "javascript", code } });
+    assert.equal(result.isError, true);
+    assert.equal(result.structuredContent.status, "completed");
+    assert.equal(result.structuredContent.exit_code, 3);
+    assert.match(result.structuredContent.stderr, /bad things/);
+    assert.match(text(result), /exited with code 3/);
+  });
+
+  test("a program past its time limit is a tool error with status timeout", async () => {
+    const args = { language: "python", code: "while True:\n    pass", timeout_ms: 500 };
+    const result = await client.callTool({ name: "run_code", arguments: args });
+    assert.equal(result.isError, true);
+    assert.equal(result.structuredContent.status, "timeout");
+    assert.equal(result.structuredContent.exit_code, null);
+  });
+
+  test("bad arguments are tool errors that say what to fix", async () => {
+    const cases = [
+      [{ language: "ruby", code: "puts 1" }, /python, javascript or typescript/],
+      [{ language: "python", code: "print(1)", timeout_ms: 10_000_000 }, /timeout_ms must be .* from 1 to \d+/],
+      [{ language: "python", code: "print(1)", timeout: 5 }, /unknown argument "timeout"; run_code takes/],
+      [{ language: "python" }, /code is required/],
+    ];
+    for (const [args, message] of cases) {
+      const result = await client.callTool({ name: "run_code", arguments: args });
+      assert.equal(result.isError, true, JSON.stringify(args));
+      assert.match(text(result), message);
+      assert.equal(result.structuredContent, undefined);
+    }
+  });
+
+  test("a wrong token gets 401", async () => {
+    await assert.rejects(connect("not-the-token-0123456789"), (error) => {
+      assert.ok(error instanceof StreamableHTTPError, `${error}`);
+      assert.equal(error.code, 401);
+      return true;
+    });
+  });
+});
