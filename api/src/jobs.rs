@@ -9,7 +9,9 @@ use axum::extract::rejection::BytesRejection;
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use runbox_common::{Enqueued, Idempotency, JobRecord, Language, OutputFile, Status, Timings, Verdict, now_rfc3339};
+use runbox_common::{
+    Enqueued, Idempotency, JobRecord, JobSpec, Language, NewJob, OutputFile, Status, Timings, Verdict, now_rfc3339,
+};
 use serde::Serialize;
 use serde_json::json;
 use tokio::time::Instant;
@@ -125,43 +127,8 @@ pub async fn submit(
     let spec = validate::job_spec_fields(&fields, &state.config.limits)?;
     let callback = callbacks::check_url(&state, &caller.0, fields.get("callback_url")).await?;
 
-    let id = uuid::Uuid::new_v4().to_string();
-    let payload = serde_json::to_string(&spec).map_err(|e| ApiError::InvalidJson(e.to_string()))?;
-    let signature = state.config.shared.signing_key.sign(&id, &payload);
     let key = idempotency_key(&headers)?;
-    let idempotency = key.map(|key| Idempotency { key, ttl: state.config.shared.result_ttl });
-    let enqueued = state
-        .queue
-        .enqueue(
-            &id,
-            &caller.0,
-            spec.language.as_str(),
-            &payload,
-            &signature,
-            state.config.limits.max_queue,
-            &now_rfc3339(),
-            idempotency,
-            callback.as_deref(),
-            state.config.quotas.of(&caller.0),
-        )
-        .await?;
-    let duplicate = matches!(enqueued, Enqueued::Duplicate(_));
-    let id = match enqueued {
-        Enqueued::Accepted => {
-            state.metrics.jobs_submitted.with_label_values(&[spec.language.as_str()]).inc();
-            tracing::info!(%id, language = %spec.language, "job queued");
-            id
-        }
-        Enqueued::Full => {
-            state.metrics.queue_full.inc();
-            return Err(ApiError::QueueFull);
-        }
-        Enqueued::Duplicate(first) => {
-            tracing::info!(id = %first, "idempotency key reused: answering with the first job");
-            first
-        }
-        Enqueued::OverQuota(which) => return Err(ApiError::over_quota(which, state.config.quotas.of(&caller.0))),
-    };
+    let (id, duplicate) = enqueue(&state, &caller, &spec, callback.as_deref(), key, None).await?;
 
     // A retried request answers with the first job as it is now.
     let mut status = Status::Queued;
@@ -202,14 +169,62 @@ pub async fn cancel(
     Ok(Json(owned(record, &caller)?.into()))
 }
 
+/// Signs `spec` and queues it as a job of `caller`, with its callback, its
+/// `Idempotency-Key` and a compatible API's note, if any. Answers the job's
+/// id, and whether it is the job an earlier use of the key created.
+pub(crate) async fn enqueue(
+    state: &AppState,
+    caller: &Caller,
+    spec: &JobSpec,
+    callback: Option<&str>,
+    key: Option<&str>,
+    compat: Option<&str>,
+) -> Result<(String, bool), ApiError> {
+    let id = uuid::Uuid::new_v4().to_string();
+    let payload = serde_json::to_string(spec).map_err(|e| ApiError::InvalidJson(e.to_string()))?;
+    let signature = state.config.shared.signing_key.sign(&id, &payload);
+    let idempotency = key.map(|key| Idempotency { key, ttl: state.config.shared.result_ttl });
+    let created_at = now_rfc3339();
+    let job = NewJob {
+        id: &id,
+        owner: &caller.0,
+        language: spec.language.as_str(),
+        payload: &payload,
+        signature: &signature,
+        created_at: &created_at,
+        callback,
+        compat,
+    };
+    let enqueued = state
+        .queue
+        .enqueue_job(&job, state.config.limits.max_queue, idempotency, state.config.quotas.of(&caller.0))
+        .await?;
+    match enqueued {
+        Enqueued::Accepted => {
+            state.metrics.jobs_submitted.with_label_values(&[spec.language.as_str()]).inc();
+            tracing::info!(%id, language = %spec.language, "job queued");
+            Ok((id, false))
+        }
+        Enqueued::Full => {
+            state.metrics.queue_full.inc();
+            Err(ApiError::QueueFull)
+        }
+        Enqueued::Duplicate(first) => {
+            tracing::info!(id = %first, "idempotency key reused: answering with the first job");
+            Ok((first, true))
+        }
+        Enqueued::OverQuota(which) => Err(ApiError::over_quota(which, state.config.quotas.of(&caller.0))),
+    }
+}
+
 /// A record the caller may see, or 404: another token's job is as good as
 /// absent, so ids cannot be probed.
-fn owned(record: Option<JobRecord>, caller: &Caller) -> Result<JobRecord, ApiError> {
+pub(crate) fn owned(record: Option<JobRecord>, caller: &Caller) -> Result<JobRecord, ApiError> {
     record.filter(|r| r.owner == caller.0).ok_or(ApiError::NotFound)
 }
 
 /// Reads job `id`, waiting up to `wait` for it to reach a final status.
-async fn wait_for(state: &AppState, id: &str, wait: Duration) -> Result<Option<JobRecord>, ApiError> {
+pub(crate) async fn wait_for(state: &AppState, id: &str, wait: Duration) -> Result<Option<JobRecord>, ApiError> {
     if uuid::Uuid::parse_str(id).is_err() {
         return Ok(None);
     }

@@ -36,8 +36,8 @@ pub use job::{
 };
 pub use metrics::MetricsRegistry;
 pub use queue::{
-    BatchJob, BatchRecord, CallbackDue, Cancelled, Claimed, Enqueued, Idempotency, JobRecord, JobSummary, OverQuota,
-    Queue, QueueError, Quota, Timings,
+    BatchJob, BatchRecord, CallbackDue, Cancelled, Claimed, Enqueued, Idempotency, JobRecord, JobSummary, NewJob,
+    OverQuota, Queue, QueueError, Quota, Timings,
 };
 pub use sign::{MIN_SIGNING_KEY_BYTES, SigningKey};
 pub use time::{now_rfc3339, now_unix_ms};
