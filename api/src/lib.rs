@@ -8,6 +8,7 @@
 //!
 //! - `jobs`: the `/v1/jobs` handlers and the job object.
 //! - `batches`: the `/v1/batches` handlers: many jobs as one.
+//! - `compat`: Judge0- and Piston-compatible APIs, translated into jobs.
 //! - `callbacks`: signed delivery of finished jobs and batches to `callback_url`.
 //! - `validate`: request body → job spec, with errors that say what to fix.
 //! - `auth`: bearer tokens, compared in constant time.
@@ -20,6 +21,7 @@
 mod auth;
 mod batches;
 mod callbacks;
+mod compat;
 mod config;
 mod error;
 mod jobs;
@@ -95,15 +97,18 @@ pub fn app(state: AppState) -> Router {
         .route_layer(middleware::from_fn_with_state(state.clone(), auth::require_token));
     Router::new()
         .merge(v1)
+        .merge(compat::router(&state))
         .route("/healthz", get(|| async { Json(json!({ "status": "ok" })) }))
         .route("/readyz", get(readyz))
-        .fallback(|method: Method, uri: Uri| async move { ApiError::NoRoute(format!("{method} {}", uri.path())) })
+        .fallback(|method: Method, uri: Uri| async move {
+            ApiError::NoRoute(format!("{method} {}", compat::piston::redacted_path(uri.path())))
+        })
         .method_not_allowed_fallback(|method: Method| async move { ApiError::MethodNotAllowed(method.to_string()) })
-        .layer(
-            tower_http::trace::TraceLayer::new_for_http().make_span_with(|request: &axum::http::Request<_>| {
-                tracing::info_span!("request", method = %request.method(), path = %request.uri().path(), caller = tracing::field::Empty)
-            }),
-        )
+        .layer(tower_http::trace::TraceLayer::new_for_http().make_span_with(|request: &axum::http::Request<_>| {
+            // A Piston path carries a token: only its redacted form is recorded.
+            let path = compat::piston::redacted_path(request.uri().path());
+            tracing::info_span!("request", method = %request.method(), path = %path, caller = tracing::field::Empty)
+        }))
         .with_state(state)
 }
 
@@ -182,7 +187,7 @@ async fn metrics(State(state): State<AppState>) -> Result<String, ApiError> {
 }
 
 /// What each worker with a recent heartbeat reports about itself.
-async fn live_workers(state: &AppState) -> Result<Vec<WorkerInfo>, ApiError> {
+pub(crate) async fn live_workers(state: &AppState) -> Result<Vec<WorkerInfo>, ApiError> {
     let now = now_unix_ms();
     Ok(state
         .queue
