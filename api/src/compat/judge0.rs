@@ -1062,6 +1062,21 @@ mod tests {
         assert_eq!(Judge0Status::ALL.iter().map(|s| s.id()).collect::<Vec<_>>(), (1..=14).collect::<Vec<_>>());
     }
 
+    #[tokio::test]
+    async fn errors_take_judge0s_shapes() {
+        let response = Judge0Error::Api(ApiError::QueueFull).into_response();
+        assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(response.headers().get("retry-after").map(|v| v.as_bytes()), Some(&b"1"[..]));
+        let bytes = axum::body::to_bytes(response.into_body(), 1 << 16).await.expect("body");
+        let body: Value = serde_json::from_slice(&bytes).expect("json");
+        assert!(body["error"].as_str().is_some_and(|m| m.contains("queue is full")), "{body}");
+        let spec_error = ApiError::TooLarge { code: "stdin_too_large", message: "stdin is too large".into() };
+        match Judge0Error::from_spec(spec_error) {
+            Judge0Error::Invalid(errors) => assert_eq!(errors["stdin"], ["stdin is too large"]),
+            other => panic!("{other:?}"),
+        }
+    }
+
     #[test]
     fn base64_is_written_as_ruby_writes_it_and_read_leniently() {
         assert_eq!(encode64("hello"), "aGVsbG8=\n");

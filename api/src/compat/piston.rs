@@ -140,11 +140,11 @@ impl IntoResponse for PistonError {
             PistonError::Failed(status, message) => (status, Json(json!({ "message": message }))).into_response(),
             PistonError::Api(e) => {
                 let status = e.status_and_code().0;
-                // Validation errors of the translated job are the caller's
-                // to fix: Piston answers those with 400 too.
                 let message = e.to_string();
                 let mut response = e.into_response();
-                if status.is_client_error() && status != StatusCode::UNAUTHORIZED && status != StatusCode::NOT_FOUND {
+                // Piston answers every problem with the request itself (a
+                // field, a size) with 400; 401, 429 and 503 keep theirs.
+                if status == StatusCode::PAYLOAD_TOO_LARGE {
                     *response.status_mut() = StatusCode::BAD_REQUEST;
                 }
                 *response.body_mut() = Body::from(json!({ "message": message }).to_string());
@@ -499,6 +499,22 @@ mod tests {
             timings: Timings::default(),
             compat: None,
         }
+    }
+
+    async fn answer(error: PistonError) -> (StatusCode, Value) {
+        let response = error.into_response();
+        let status = response.status();
+        let bytes = axum::body::to_bytes(response.into_body(), 1 << 16).await.expect("body");
+        (status, serde_json::from_slice(&bytes).expect("json"))
+    }
+
+    #[tokio::test]
+    async fn errors_take_pistons_shape_and_keep_auth_and_retry_statuses() {
+        let too_large = ApiError::TooLarge { code: "code_too_large", message: "code is too large".into() };
+        assert_eq!(answer(too_large.into()).await, (StatusCode::BAD_REQUEST, json!({"message": "code is too large"})));
+        let (status, body) = answer(ApiError::Unauthorized.into()).await;
+        assert_eq!((status, body["message"].is_string()), (StatusCode::UNAUTHORIZED, true));
+        assert_eq!(answer(ApiError::QueueFull.into()).await.0, StatusCode::SERVICE_UNAVAILABLE);
     }
 
     #[test]
