@@ -12,6 +12,10 @@
 //!   callback secret (`RUNBOX_CALLBACK_SECRETS`): header
 //!   `Runbox-Signature: t=<unix seconds>,v1=<hex of HMAC(secret, "<t>.<body>")>`.
 //!   `Runbox-Delivery` is the same on every attempt of one delivery.
+//! - A job a compatible API submitted may be delivered in that API's shape:
+//!   [`crate::compat::callback_body`] gives the body, and such a body is
+//!   PUT (Judge0 PUTs the finished submission). The stream, retries,
+//!   signature and address checks are the same.
 //! - Errors and 5xx (and 408, 429) are retried with backoff, [`ATTEMPTS`]
 //!   times in all; any other answer ends the delivery.
 //! - Addresses that are not public (loopback, private, link-local, ...) are
