@@ -12,6 +12,10 @@
 //!   callback secret (`RUNBOX_CALLBACK_SECRETS`): header
 //!   `Runbox-Signature: t=<unix seconds>,v1=<hex of HMAC(secret, "<t>.<body>")>`.
 //!   `Runbox-Delivery` is the same on every attempt of one delivery.
+//! - A job a compatible API submitted may be delivered in that API's shape:
+//!   [`crate::compat::callback_body`] gives the body, and such a body is
+//!   PUT (Judge0 PUTs the finished submission). The stream, retries,
+//!   signature and address checks are the same.
 //! - Errors and 5xx (and 408, 429) are retried with backoff, [`ATTEMPTS`]
 //!   times in all; any other answer ends the delivery.
 //! - Addresses that are not public (loopback, private, link-local, ...) are
@@ -36,7 +40,7 @@ pub const ATTEMPTS: usize = 8;
 const BACKOFF: [u64; ATTEMPTS - 1] = [1, 2, 4, 8, 16, 32, 64];
 
 /// How long one attempt may take.
-const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// A delivery another api left pending this long is taken over: longer
 /// than all of one delivery's attempts and pauses.
@@ -308,7 +312,7 @@ async fn attempt_all(state: &AppState, due: &CallbackDue) -> Result<(), String> 
         if attempt > 0 {
             tokio::time::sleep(Duration::from_secs(BACKOFF[attempt - 1])).await;
         }
-        match post(state, due, &url, secret, &body).await {
+        match send(state, due, &url, secret, &body).await {
             Ok(status) if status.is_success() => return Ok(()),
             Ok(status) if status.is_server_error() || status.as_u16() == 408 || status.as_u16() == 429 => {
                 last = format!("answered {status}");
@@ -320,23 +324,33 @@ async fn attempt_all(state: &AppState, due: &CallbackDue) -> Result<(), String> 
     Err(format!("{ATTEMPTS} attempts failed; the last {last}"))
 }
 
-/// The JSON a callback carries: the job object, or the batch object without its jobs.
-async fn body(state: &AppState, due: &CallbackDue) -> Result<Option<Vec<u8>>, String> {
-    let value = if due.kind == CallbackDue::BATCH {
-        crate::batches::summary(state, &due.id).await.map_err(|e| e.to_string())?.map(|view| serde_json::to_vec(&view))
-    } else {
-        let record = state.queue.get(&due.id).await.map_err(|e| e.to_string())?;
-        record.map(|record| serde_json::to_vec(&crate::jobs::JobView::from(record)))
-    };
-    value.transpose().map_err(|e| e.to_string())
+/// A callback's request: POST of the job object (or the batch object
+/// without its jobs), or, for a job a compatible API submitted, what that
+/// API sends instead (Judge0 PUTs its submission).
+struct Body {
+    method: reqwest::Method,
+    bytes: Vec<u8>,
 }
 
-async fn post(
+async fn body(state: &AppState, due: &CallbackDue) -> Result<Option<Body>, String> {
+    let post = |bytes| Body { method: reqwest::Method::POST, bytes };
+    if due.kind == CallbackDue::BATCH {
+        let view = crate::batches::summary(state, &due.id).await.map_err(|e| e.to_string())?;
+        return view.map(|view| serde_json::to_vec(&view).map(post)).transpose().map_err(|e| e.to_string());
+    }
+    let Some(record) = state.queue.get(&due.id).await.map_err(|e| e.to_string())? else { return Ok(None) };
+    if let Some(bytes) = crate::compat::callback_body(&record) {
+        return Ok(Some(Body { method: reqwest::Method::PUT, bytes }));
+    }
+    serde_json::to_vec(&crate::jobs::JobView::from(record)).map(|bytes| Some(post(bytes))).map_err(|e| e.to_string())
+}
+
+async fn send(
     state: &AppState,
     due: &CallbackDue,
     url: &str,
     secret: &[u8],
-    body: &[u8],
+    body: &Body,
 ) -> Result<reqwest::StatusCode, String> {
     let (url, host, addr) = reachable(&state.config.callbacks, url).await?;
     let client = reqwest::Client::builder()
@@ -347,13 +361,13 @@ async fn post(
         .map_err(|e| e.to_string())?;
     let event = if due.kind == CallbackDue::BATCH { "batch.finished" } else { "job.finished" };
     let response = client
-        .post(url)
+        .request(body.method.clone(), url)
         .header("Content-Type", "application/json")
         .header("User-Agent", "runbox-callbacks")
         .header("Runbox-Event", event)
         .header("Runbox-Delivery", &due.entry)
-        .header("Runbox-Signature", signature(secret, now_unix_ms() / 1000, body))
-        .body(body.to_vec())
+        .header("Runbox-Signature", signature(secret, now_unix_ms() / 1000, &body.bytes))
+        .body(body.bytes.clone())
         .send()
         .await
         .map_err(|e| format!("failed: {e}"))?;

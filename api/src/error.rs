@@ -76,7 +76,7 @@ impl BatchItemError {
 }
 
 impl ApiError {
-    fn status_and_code(&self) -> (StatusCode, &'static str) {
+    pub(crate) fn status_and_code(&self) -> (StatusCode, &'static str) {
         match self {
             ApiError::Unauthorized => (StatusCode::UNAUTHORIZED, "unauthorized"),
             ApiError::InvalidJson(_) => (StatusCode::BAD_REQUEST, "invalid_json"),

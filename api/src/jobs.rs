@@ -10,7 +10,7 @@ use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use runbox_common::{
-    Enqueued, Idempotency, JobRecord, JobSpec, Language, OutputFile, Status, Timings, Verdict, now_rfc3339,
+    Enqueued, Idempotency, JobRecord, JobSpec, Language, NewJob, OutputFile, Status, Timings, Verdict, now_rfc3339,
 };
 use serde::Serialize;
 use serde_json::json;
@@ -128,7 +128,7 @@ pub async fn submit(
     let callback = callbacks::check_url(&state, &caller.0, fields.get("callback_url")).await?;
 
     let key = idempotency_key(&headers)?;
-    let Queued { id, duplicate } = enqueue(&state, &caller, &spec, key, callback.as_deref()).await?;
+    let Queued { id, duplicate } = enqueue(&state, &caller, &spec, key, callback.as_deref(), None).await?;
 
     // A retried request answers with the first job as it is now.
     let mut status = Status::Queued;
@@ -151,33 +151,36 @@ pub(crate) struct Queued {
 }
 
 /// Signs and queues a validated job for `caller`, within the queue cap and
-/// the caller's quotas. Every surface that runs a job (`/v1/jobs`, MCP)
-/// goes through here, so they share one path to the workers.
+/// the caller's quotas, with its callback, `Idempotency-Key` and a
+/// compatible API's note, if any. Every surface that runs a job (`/v1/jobs`,
+/// MCP, the compatible APIs) goes through here, so they share one path to
+/// the workers.
 pub(crate) async fn enqueue(
     state: &AppState,
     caller: &Caller,
     spec: &JobSpec,
     idempotency_key: Option<&str>,
     callback: Option<&str>,
+    compat: Option<&str>,
 ) -> Result<Queued, ApiError> {
     let id = uuid::Uuid::new_v4().to_string();
     let payload = serde_json::to_string(spec).map_err(|e| ApiError::InvalidJson(e.to_string()))?;
     let signature = state.config.shared.signing_key.sign(&id, &payload);
     let idempotency = idempotency_key.map(|key| Idempotency { key, ttl: state.config.shared.result_ttl });
+    let created_at = now_rfc3339();
+    let job = NewJob {
+        id: &id,
+        owner: &caller.0,
+        language: spec.language.as_str(),
+        payload: &payload,
+        signature: &signature,
+        created_at: &created_at,
+        callback,
+        compat,
+    };
     let enqueued = state
         .queue
-        .enqueue(
-            &id,
-            &caller.0,
-            spec.language.as_str(),
-            &payload,
-            &signature,
-            state.config.limits.max_queue,
-            &now_rfc3339(),
-            idempotency,
-            callback,
-            state.config.quotas.of(&caller.0),
-        )
+        .enqueue_job(&job, state.config.limits.max_queue, idempotency, state.config.quotas.of(&caller.0))
         .await?;
     match enqueued {
         Enqueued::Accepted => {
@@ -225,7 +228,7 @@ pub async fn cancel(
 
 /// A record the caller may see, or 404: another token's job is as good as
 /// absent, so ids cannot be probed.
-fn owned(record: Option<JobRecord>, caller: &Caller) -> Result<JobRecord, ApiError> {
+pub(crate) fn owned(record: Option<JobRecord>, caller: &Caller) -> Result<JobRecord, ApiError> {
     record.filter(|r| r.owner == caller.0).ok_or(ApiError::NotFound)
 }
 

@@ -10,6 +10,7 @@
 //! - `batches`: the `/v1/batches` handlers: many jobs as one.
 //! - `sessions`: the `/v1/sessions` handlers: state that lasts across execs.
 //! - `mcp`: `/mcp`, the same jobs as Model Context Protocol tools.
+//! - `compat`: Judge0- and Piston-compatible APIs, translated into jobs.
 //! - `callbacks`: signed delivery of finished jobs and batches to `callback_url`.
 //! - `validate`: request body → job spec, with errors that say what to fix.
 //! - `auth`: bearer tokens, compared in constant time.
@@ -22,6 +23,7 @@
 mod auth;
 mod batches;
 mod callbacks;
+mod compat;
 mod config;
 mod error;
 mod jobs;
@@ -110,15 +112,18 @@ pub fn app(state: AppState) -> Router {
     Router::new()
         .merge(v1)
         .merge(mcp)
+        .merge(compat::router(&state))
         .route("/healthz", get(|| async { Json(json!({ "status": "ok" })) }))
         .route("/readyz", get(readyz))
-        .fallback(|method: Method, uri: Uri| async move { ApiError::NoRoute(format!("{method} {}", uri.path())) })
+        .fallback(|method: Method, uri: Uri| async move {
+            ApiError::NoRoute(format!("{method} {}", compat::piston::redacted_path(uri.path())))
+        })
         .method_not_allowed_fallback(|method: Method| async move { ApiError::MethodNotAllowed(method.to_string()) })
-        .layer(
-            tower_http::trace::TraceLayer::new_for_http().make_span_with(|request: &axum::http::Request<_>| {
-                tracing::info_span!("request", method = %request.method(), path = %request.uri().path(), caller = tracing::field::Empty)
-            }),
-        )
+        .layer(tower_http::trace::TraceLayer::new_for_http().make_span_with(|request: &axum::http::Request<_>| {
+            // A Piston path carries a token: only its redacted form is recorded.
+            let path = compat::piston::redacted_path(request.uri().path());
+            tracing::info_span!("request", method = %request.method(), path = %path, caller = tracing::field::Empty)
+        }))
         .with_state(state)
 }
 
@@ -197,7 +202,7 @@ async fn metrics(State(state): State<AppState>) -> Result<String, ApiError> {
 }
 
 /// What each worker with a recent heartbeat reports about itself.
-async fn live_workers(state: &AppState) -> Result<Vec<WorkerInfo>, ApiError> {
+pub(crate) async fn live_workers(state: &AppState) -> Result<Vec<WorkerInfo>, ApiError> {
     let now = now_unix_ms();
     Ok(state
         .queue

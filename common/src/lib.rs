@@ -39,8 +39,8 @@ pub use job::{
 };
 pub use metrics::MetricsRegistry;
 pub use queue::{
-    BatchJob, BatchRecord, CallbackDue, Cancelled, Claimed, Enqueued, Idempotency, JobRecord, JobSummary, OverQuota,
-    Queue, QueueError, Quota, Timings,
+    BatchJob, BatchRecord, CallbackDue, Cancelled, Claimed, Enqueued, Idempotency, JobRecord, JobSummary, NewJob,
+    OverQuota, Queue, QueueError, Quota, Timings,
 };
 pub use session::{
     Checkpoint, CheckpointInfo, Recovery, Sent, SessionLimits, SessionOp, SessionRecord, SessionStatus, SessionTask,

@@ -120,6 +120,21 @@ pub struct BatchJob {
     pub signature: String,
 }
 
+/// One job to enqueue on its own (not in a batch), signed.
+#[derive(Debug, Clone, Copy)]
+pub struct NewJob<'a> {
+    pub id: &'a str,
+    pub owner: &'a str,
+    pub language: &'a str,
+    pub payload: &'a str,
+    pub signature: &'a str,
+    pub created_at: &'a str,
+    /// Where to deliver the finished job, if anywhere.
+    pub callback: Option<&'a str>,
+    /// Kept with the job for a compatible API (see [`JobRecord::compat`]).
+    pub compat: Option<&'a str>,
+}
+
 /// One batch as stored.
 #[derive(Debug, Clone)]
 pub struct BatchRecord {
@@ -173,6 +188,9 @@ pub struct JobRecord {
     pub outcome: Option<Outcome>,
     /// Where the time went, filled in as the job progresses.
     pub timings: Timings,
+    /// What a compatible API (Judge0) stored with the job at submission to
+    /// answer in its own shape later; None for native jobs.
+    pub compat: Option<String>,
 }
 
 /// Where a job's time went, in milliseconds.
@@ -347,7 +365,8 @@ end
 
 // KEYS: owner stream, streams set, ready ring, wake list, job, then the
 // idempotency key when given: a second use returns the first job's id and
-// queues nothing.
+// queues nothing. ARGV[14], when not empty, is a compatible API's note,
+// kept in the job hash as `compat` so it lives and expires with the job.
 const ENQUEUE: &str = r"
 if KEYS[6] then
   local prior = redis.call('GET', KEYS[6])
@@ -362,6 +381,7 @@ local entry = redis.call('XADD', KEYS[1], '*', 'id', ARGV[2], 'payload', ARGV[3]
 redis.call('HSET', KEYS[5], 'status', 'queued', 'owner', ARGV[5], 'language', ARGV[6],
   'created_at', ARGV[7], 'stream', KEYS[1], 'entry', entry)
 if ARGV[9] ~= '' then redis.call('HSET', KEYS[5], 'callback', ARGV[9]) end
+if ARGV[14] ~= '' then redis.call('HSET', KEYS[5], 'compat', ARGV[14]) end
 if KEYS[6] then redis.call('SET', KEYS[6], ARGV[2], 'EX', ARGV[8]) end
 announce(KEYS[3], KEYS[4], ARGV[5], 1, tonumber(ARGV[13]))
 return 1
@@ -587,6 +607,19 @@ impl Queue {
         callback: Option<&str>,
         quota: Quota,
     ) -> Result<Enqueued, QueueError> {
+        let job = NewJob { id, owner, language, payload, signature, created_at, callback, compat: None };
+        self.enqueue_job(&job, cap, idempotency, quota).await
+    }
+
+    /// [`Queue::enqueue`] for a job that may carry a compatible API's note.
+    pub async fn enqueue_job(
+        &self,
+        job: &NewJob<'_>,
+        cap: u64,
+        idempotency: Option<Idempotency<'_>>,
+        quota: Quota,
+    ) -> Result<Enqueued, QueueError> {
+        let NewJob { id, owner, language, payload, signature, created_at, callback, compat } = *job;
         let keys = &self.keys;
         let mut invocation = ENQUEUE_SCRIPT.key(keys.jobs_stream(owner));
         invocation.key(keys.streams()).key(keys.ready_owners()).key(keys.wake()).key(keys.job(id));
@@ -596,7 +629,7 @@ impl Queue {
         invocation.arg(cap).arg(id).arg(payload).arg(signature).arg(owner).arg(language).arg(created_at);
         invocation.arg(idempotency.map_or(0, |i| i.ttl.as_secs().max(1)));
         invocation.arg(callback.unwrap_or("")).arg(quota.max_active).arg(quota.per_second);
-        invocation.arg(keys::GROUP).arg(WAKE_TOKENS).arg(&keys.prefix);
+        invocation.arg(keys::GROUP).arg(WAKE_TOKENS).arg(compat.unwrap_or("")).arg(&keys.prefix);
         enqueued(invocation.invoke_async(&mut self.conn.clone()).await?)
     }
 
@@ -964,6 +997,7 @@ impl Queue {
             worker: field("worker"),
             outcome,
             timings,
+            compat: field("compat"),
         }))
     }
 

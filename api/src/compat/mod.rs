@@ -1,0 +1,34 @@
+//! APIs compatible with other code runners, so that code written for them
+//! runs against runbox unchanged:
+//!
+//! - `judge0`: Judge0 CE 1.13.1, under `/judge0`.
+//! - `piston`: Piston v2, under `/piston/{token}`.
+//!
+//! Each only translates: a request becomes native job fields, checked,
+//! signed and queued by the functions `POST /v1/jobs` uses, and an answer
+//! is built from the job record. Each maps errors to its API's shapes in
+//! one adapter (`Judge0Error`, `PistonError`) over [`crate::ApiError`].
+
+pub mod judge0;
+pub mod piston;
+
+use axum::Router;
+use axum::extract::DefaultBodyLimit;
+use runbox_common::JobRecord;
+
+use crate::AppState;
+
+/// Both APIs' routes, each with its own token check.
+pub fn router(state: &AppState) -> Router<AppState> {
+    let limits = &state.config.limits;
+    // A Judge0 batch carries up to 20 submissions in one body.
+    let judge0 = judge0::router(state).layer(DefaultBodyLimit::max(limits.max_batch_bytes));
+    let piston = piston::router(state).layer(DefaultBodyLimit::max(limits.max_body_bytes()));
+    Router::new().nest("/judge0", judge0).merge(piston)
+}
+
+/// The body of a finished job's callback when a compatible API submitted
+/// it: Judge0 PUTs the submission, in its own shape. None for native jobs.
+pub fn callback_body(record: &JobRecord) -> Option<Vec<u8>> {
+    judge0::callback_body(record)
+}
