@@ -359,6 +359,7 @@ mod tests {
             started_at: None,
             finished_at: None,
             worker: None,
+            compat: None,
             outcome: Some(Outcome {
                 status,
                 exit_code,
