@@ -39,11 +39,13 @@ use rmcp::{ErrorData, tool, tool_handler, tool_router};
 use runbox_common::{JobRecord, Status, now_rfc3339};
 use schemars::JsonSchema;
 use serde::Serialize;
+use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use crate::auth::Caller;
 use crate::config::{ApiLimits, McpHosts};
 use crate::error::ApiError;
+use crate::sessions::{self, SessionView};
 use crate::{AppState, jobs, validate};
 
 /// How long a run may wait in the queue, on top of its own time limit,
@@ -70,7 +72,7 @@ pub(crate) fn service(state: AppState) -> StreamableHttpService<McpServer, Never
 /// Every tool `/mcp` offers.
 fn tools(limits: &ApiLimits) -> ToolRouter<McpServer> {
     // A further group of tools is added here: `McpServer::job_tools() + McpServer::other_tools()`.
-    let mut tools = McpServer::job_tools();
+    let mut tools = McpServer::job_tools() + McpServer::session_tools();
     // The description names the limits in force, which are configuration,
     // so it is written here rather than in the `#[tool]` attribute.
     if let Some(route) = tools.map.get_mut("run_code") {
@@ -90,7 +92,7 @@ pub(crate) struct McpServer {
 #[tool_handler(
     router = self.tools,
     name = "runbox",
-    instructions = "runbox runs Python, JavaScript and TypeScript programs in a sandbox without network access. Call run_code with the whole program; nothing persists between calls."
+    instructions = "runbox runs Python, JavaScript and TypeScript programs in a sandbox without network access. Call run_code with the whole program; nothing persists between its calls. To keep variables, imports and files across calls (load data once, then query it), create_session, then run_in_session as often as needed, and destroy_session when done."
 )]
 impl rmcp::ServerHandler for McpServer {}
 
@@ -169,6 +171,187 @@ impl McpServer {
             () = abandoned.cancelled() => Err(ErrorData::internal_error("the request was abandoned", None)),
         }
     }
+}
+
+/// What `create_session` takes.
+#[derive(JsonSchema)]
+#[schemars(deny_unknown_fields)]
+#[expect(dead_code, reason = "only the JSON schema of this type is used")]
+struct CreateSessionArgs {
+    /// The session's language (TypeScript runs only as run_code).
+    #[schemars(extend("enum" = ["python", "javascript"]))]
+    language: Option<String>,
+    /// Seconds without a call after which the session is destroyed.
+    idle_timeout_s: Option<u64>,
+    /// Start from this checkpoint (from checkpoint_session) instead of from nothing.
+    from_checkpoint: Option<String>,
+}
+
+/// What `run_in_session` takes.
+#[derive(JsonSchema)]
+#[schemars(deny_unknown_fields)]
+#[expect(dead_code, reason = "only the JSON schema of this type is used")]
+struct RunInSessionArgs {
+    /// The id create_session returned.
+    session_id: String,
+    /// Code to run in the session: it sees what earlier calls defined.
+    code: String,
+    /// Text on standard input (Python only).
+    stdin: Option<String>,
+    /// Wall-clock limit for this call, in milliseconds.
+    timeout_ms: Option<u64>,
+}
+
+/// What the other session tools take.
+#[derive(JsonSchema)]
+#[schemars(deny_unknown_fields)]
+#[expect(dead_code, reason = "only the JSON schema of this type is used")]
+struct SessionIdArgs {
+    /// The id create_session (or fork_session) returned.
+    session_id: String,
+}
+
+#[tool_router(router = session_tools, vis = "pub(crate)")]
+impl McpServer {
+    #[tool(
+        name = "create_session",
+        description = "Start a sandbox session whose state lasts across calls: variables, imports and files \
+            written by one run_in_session call are there in the next. Same sandbox and limits as run_code \
+            (no network, no packages beyond those run_code lists). A session is destroyed after idle_timeout_s \
+            without a call, and after a few hours in any case; a token may hold only a few at once, so \
+            destroy_session when done. Returns the session, whose id the other session tools take.",
+        input_schema = schema_for_input::<CreateSessionArgs>().unwrap_or_else(|e| panic!("create_session schema: {e}")),
+        annotations(title = "Create a session", read_only_hint = false, destructive_hint = false, open_world_hint = false)
+    )]
+    async fn create_session(
+        &self,
+        Extension(parts): Extension<Parts>,
+        args: JsonObject,
+    ) -> Result<CallToolResult, ErrorData> {
+        let caller = caller(&parts)?;
+        let result = sessions::create_session(&self.state, &caller, &args).await;
+        Ok(result.map(|record| structured(&SessionView::from(record))).unwrap_or_else(tool_error))
+    }
+
+    #[tool(
+        name = "run_in_session",
+        description = "Run code in a session made by create_session. It sees everything earlier calls in the \
+            session defined (Python: globals and imports; JavaScript: top-level let, const, function and class \
+            declarations and globalThis), and what it defines stays for the next call. Calls in one session run \
+            one at a time. A call past its time limit is interrupted (Python) and the session keeps its state; \
+            a call that cannot be interrupted, or runs out of memory, ends the session's process: the session \
+            then comes back from its latest checkpoint (what ran after it is gone, and the result says so) or \
+            is lost. Returns stdout, stderr, exit code and status, like run_code.",
+        input_schema = schema_for_input::<RunInSessionArgs>().unwrap_or_else(|e| panic!("run_in_session schema: {e}")),
+        annotations(title = "Run code in a session", read_only_hint = false, destructive_hint = false, open_world_hint = false)
+    )]
+    async fn run_in_session(
+        &self,
+        Extension(parts): Extension<Parts>,
+        args: JsonObject,
+    ) -> Result<CallToolResult, ErrorData> {
+        let caller = caller(&parts)?;
+        let mut fields = args;
+        let Some(Value::String(id)) = fields.remove("session_id") else {
+            return Ok(tool_error(ApiError::InvalidField("session_id is required".into())));
+        };
+        let answer = match sessions::exec_in(&self.state, &caller, &id, fields).await {
+            Ok(sessions::Executed::Done(view)) => {
+                let value = serde_json::to_value(&view).unwrap_or_default();
+                let failed = !(value["status"] == "completed" && value["exit_code"] == 0);
+                let mut answer = structured(&view);
+                answer.is_error = Some(failed);
+                answer
+            }
+            Ok(sessions::Executed::Pending(job)) => text_error(format!(
+                "The call is still running; its result will be at GET /v1/jobs/{job}. The session is busy until it ends."
+            )),
+            Err(e) => tool_error(e),
+        };
+        Ok(answer)
+    }
+
+    #[tool(
+        name = "checkpoint_session",
+        description = "Save a session's state (Python: a memory snapshot plus its files; JavaScript: the calls \
+            it ran, replayed to restore). Returns the checkpoint's id, for create_session's from_checkpoint. A \
+            session that loses its process comes back from its latest checkpoint. Python cannot checkpoint while \
+            it holds a JavaScript object (from `import js`).",
+        input_schema = schema_for_input::<SessionIdArgs>().unwrap_or_else(|e| panic!("checkpoint_session schema: {e}")),
+        annotations(title = "Checkpoint a session", read_only_hint = false, destructive_hint = false, open_world_hint = false)
+    )]
+    async fn checkpoint_session(
+        &self,
+        Extension(parts): Extension<Parts>,
+        args: JsonObject,
+    ) -> Result<CallToolResult, ErrorData> {
+        let caller = caller(&parts)?;
+        let result = match session_id(&args) {
+            Ok(id) => sessions::take_checkpoint(&self.state, &caller, &id).await,
+            Err(e) => Err(e),
+        };
+        Ok(result.map(|info| structured(&info)).unwrap_or_else(tool_error))
+    }
+
+    #[tool(
+        name = "fork_session",
+        description = "Copy a session: checkpoints it and starts a new, independent session with the same \
+            state. Changes in one are not seen by the other. Returns the new session.",
+        input_schema = schema_for_input::<SessionIdArgs>().unwrap_or_else(|e| panic!("fork_session schema: {e}")),
+        annotations(title = "Fork a session", read_only_hint = false, destructive_hint = false, open_world_hint = false)
+    )]
+    async fn fork_session(
+        &self,
+        Extension(parts): Extension<Parts>,
+        args: JsonObject,
+    ) -> Result<CallToolResult, ErrorData> {
+        let caller = caller(&parts)?;
+        let result = match session_id(&args) {
+            Ok(id) => sessions::fork_session(&self.state, &caller, &id).await,
+            Err(e) => Err(e),
+        };
+        Ok(result.map(|record| structured(&SessionView::from(record))).unwrap_or_else(tool_error))
+    }
+
+    #[tool(
+        name = "destroy_session",
+        description = "End a session and its process; its checkpoints stay until they expire.",
+        input_schema = schema_for_input::<SessionIdArgs>().unwrap_or_else(|e| panic!("destroy_session schema: {e}")),
+        annotations(title = "Destroy a session", read_only_hint = false, destructive_hint = true, open_world_hint = false)
+    )]
+    async fn destroy_session(
+        &self,
+        Extension(parts): Extension<Parts>,
+        args: JsonObject,
+    ) -> Result<CallToolResult, ErrorData> {
+        let caller = caller(&parts)?;
+        let result = match session_id(&args) {
+            Ok(id) => sessions::destroy_session(&self.state, &caller, &id).await,
+            Err(e) => Err(e),
+        };
+        Ok(result.map(|record| structured(&SessionView::from(record))).unwrap_or_else(tool_error))
+    }
+}
+
+/// The `session_id` argument, and nothing else.
+fn session_id(args: &JsonObject) -> Result<String, ApiError> {
+    if let Some(unknown) = args.keys().find(|k| k.as_str() != "session_id") {
+        return Err(ApiError::UnknownField(format!("unknown argument {unknown:?}; this tool takes session_id")));
+    }
+    match args.get("session_id") {
+        Some(Value::String(id)) => Ok(id.clone()),
+        _ => Err(ApiError::InvalidField("session_id is required: the id create_session returned".into())),
+    }
+}
+
+/// `value` as a tool result: pretty JSON for the model, and the same as
+/// `structuredContent`.
+fn structured(value: &impl Serialize) -> CallToolResult {
+    let json = serde_json::to_value(value).unwrap_or_default();
+    let text = serde_json::to_string_pretty(&json).unwrap_or_default();
+    let mut answer = CallToolResult::structured(json);
+    answer.content = vec![ContentBlock::text(text)];
+    answer
 }
 
 impl McpServer {
@@ -326,7 +509,7 @@ fn run_code_description(limits: &ApiLimits) -> String {
          It cannot: reach the network (fetch, sockets and imports from URLs fail), install packages (no pip, \
          micropip or npm), start subprocesses, read environment variables or the host's files. Nothing persists \
          between run_code calls: each call starts from nothing, so send the whole program, with every \
-         definition and import it needs, each time.\n\
+         definition and import it needs, each time. State lasts only inside a session (create_session).\n\
          \n\
          Limits: {default} ms of wall-clock time unless timeout_ms says otherwise, at most {max} ms; code up to \
          {code} bytes and stdin up to {stdin} bytes; memory is capped per run (256 MiB unless the operator \

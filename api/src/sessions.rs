@@ -115,7 +115,76 @@ pub async fn create(
 ) -> Result<Response, ApiError> {
     let body = json_body(&headers, body, state.config.limits.max_body_bytes())?;
     let fields = validate::json_object(&body)?;
-    allow_only(&fields, &["language", "idle_timeout_s", "from_checkpoint"])?;
+    Ok(created(create_session(&state, &caller, &fields).await?))
+}
+
+pub async fn list(State(state): State<AppState>, caller: Caller) -> Result<Json<Value>, ApiError> {
+    let sessions = state.queue.owner_sessions(&caller.0).await?;
+    let views: Vec<SessionView> = sessions.into_iter().map(SessionView::from).collect();
+    Ok(Json(serde_json::json!({ "sessions": views })))
+}
+
+pub async fn get(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> Result<Json<SessionView>, ApiError> {
+    Ok(Json(owned(&state, &caller, &id).await?.into()))
+}
+
+pub async fn destroy(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> Result<Json<SessionView>, ApiError> {
+    Ok(Json(destroy_session(&state, &caller, &id).await?.into()))
+}
+
+pub async fn exec(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let body = json_body(&headers, body, state.config.limits.max_body_bytes())?;
+    let fields = validate::json_object(&body)?;
+    match exec_in(&state, &caller, &id, fields).await? {
+        Executed::Done(view) => Ok(Json(view).into_response()),
+        Executed::Pending(job) => {
+            let body = serde_json::json!({ "id": job, "status": Status::Running });
+            Ok((StatusCode::ACCEPTED, Json(body)).into_response())
+        }
+    }
+}
+
+pub async fn checkpoint(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let info = take_checkpoint(&state, &caller, &id).await?;
+    Ok((StatusCode::CREATED, Json(info)).into_response())
+}
+
+pub async fn fork(State(state): State<AppState>, caller: Caller, Path(id): Path<String>) -> Result<Response, ApiError> {
+    Ok(created(fork_session(&state, &caller, &id).await?))
+}
+
+/// 201 with a session a worker has opened; 202 while it is still starting.
+fn created(record: SessionRecord) -> Response {
+    let code = if record.status == SessionStatus::Starting { StatusCode::ACCEPTED } else { StatusCode::CREATED };
+    (code, Json(SessionView::from(record))).into_response()
+}
+
+/// Creates a session from a request's `fields` (language, idle_timeout_s,
+/// from_checkpoint) and waits for a worker to open it.
+pub(crate) async fn create_session(
+    state: &AppState,
+    caller: &Caller,
+    fields: &Map<String, Value>,
+) -> Result<SessionRecord, ApiError> {
+    allow_only(fields, &["language", "idle_timeout_s", "from_checkpoint"])?;
     let checkpoint = match fields.get("from_checkpoint") {
         None | Some(Value::Null) => None,
         Some(Value::String(id)) => Some(id.clone()),
@@ -128,12 +197,12 @@ pub async fn create(
     };
     let language = match &checkpoint {
         Some(id) => {
-            let stored = owned_checkpoint(&state, &caller, id).await?;
-            match (asked, stored) {
-                (Some(asked), stored) if asked != stored => {
+            let stored = owned_checkpoint(state, caller, id).await?;
+            match asked {
+                Some(asked) if asked != stored => {
                     return Err(ApiError::InvalidField(format!("checkpoint {id} is a {stored} session, not {asked}")));
                 }
-                (_, stored) => stored,
+                _ => stored,
             }
         }
         None => asked.ok_or_else(|| ApiError::InvalidField("language is required: python or javascript".into()))?,
@@ -158,6 +227,29 @@ pub async fn create(
             }
         },
     };
+    new_session(state, caller, language, idle, checkpoint).await
+}
+
+/// Checkpoints session `id` and starts a new session from the checkpoint.
+pub(crate) async fn fork_session(state: &AppState, caller: &Caller, id: &str) -> Result<SessionRecord, ApiError> {
+    let info = take_checkpoint(state, caller, id).await?;
+    let parent = owned(state, caller, id).await?;
+    let idle = Duration::from_secs(parent.idle_timeout_s);
+    let fork = new_session(state, caller, parent.language, idle, Some(info.id.clone())).await?;
+    tracing::info!(session = %id, fork = %fork.id, checkpoint = %info.id, "session forked");
+    Ok(fork)
+}
+
+/// Creates a session within the caller's cap and has a worker open it,
+/// from `checkpoint` if given; one that cannot start ends as lost.
+async fn new_session(
+    state: &AppState,
+    caller: &Caller,
+    language: Language,
+    idle: Duration,
+    checkpoint: Option<String>,
+) -> Result<SessionRecord, ApiError> {
+    let limits = state.config.sessions;
     let id = uuid::Uuid::new_v4().to_string();
     let expires_at_ms = now_unix_ms() + millis(limits.lifetime);
     let ttl = state.config.shared.result_ttl;
@@ -169,60 +261,45 @@ pub async fn create(
         return Err(ApiError::TooManySessions(limits.per_token));
     }
     tracing::info!(session = %id, %language, from_checkpoint = ?checkpoint, "session created");
-    let started = start(&state, &caller, &id, language, checkpoint, millis(idle), expires_at_ms).await;
-    let record = match started {
-        Ok(record) => record,
+    match start(state, caller, &id, language, checkpoint, millis(idle), expires_at_ms).await {
+        Ok(record) => Ok(record),
         Err(e) => {
             let reason = format!("it could not start: {e}");
             state.queue.end_session(&id, &caller.0, SessionStatus::Lost, &reason, ttl, None).await?;
-            return Err(e);
+            Err(e)
         }
-    };
-    let code = if record.status == SessionStatus::Starting { StatusCode::ACCEPTED } else { StatusCode::CREATED };
-    Ok((code, Json(SessionView::from(record))).into_response())
+    }
 }
 
-pub async fn list(State(state): State<AppState>, caller: Caller) -> Result<Json<Value>, ApiError> {
-    let sessions = state.queue.owner_sessions(&caller.0).await?;
-    let views: Vec<SessionView> = sessions.into_iter().map(SessionView::from).collect();
-    Ok(Json(serde_json::json!({ "sessions": views })))
-}
-
-pub async fn get(
-    State(state): State<AppState>,
-    caller: Caller,
-    Path(id): Path<String>,
-) -> Result<Json<SessionView>, ApiError> {
-    Ok(Json(owned(&state, &caller, &id).await?.into()))
-}
-
-pub async fn destroy(
-    State(state): State<AppState>,
-    caller: Caller,
-    Path(id): Path<String>,
-) -> Result<Json<SessionView>, ApiError> {
-    let session = live(owned(&state, &caller, &id).await?)?;
+/// Ends session `id` and its process.
+pub(crate) async fn destroy_session(state: &AppState, caller: &Caller, id: &str) -> Result<SessionRecord, ApiError> {
+    let session = live(owned(state, caller, id).await?)?;
     if let Some(worker) = &session.worker {
-        let spec = step(session.language, &id, SessionOp::Destroy);
-        send(&state, &caller, &session, worker, &spec, false).await?;
+        let spec = step(session.language, id, SessionOp::Destroy);
+        send(state, caller, &session, worker, &spec, false).await?;
     }
     let ttl = state.config.shared.result_ttl;
-    state.queue.end_session(&id, &caller.0, SessionStatus::Closed, "destroyed by its owner", ttl, None).await?;
+    state.queue.end_session(id, &caller.0, SessionStatus::Closed, "destroyed by its owner", ttl, None).await?;
     tracing::info!(session = %id, "session destroyed");
-    Ok(Json(owned(&state, &caller, &id).await?.into()))
+    owned(state, caller, id).await
 }
 
-pub async fn exec(
-    State(state): State<AppState>,
-    caller: Caller,
-    Path(id): Path<String>,
-    headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
-) -> Result<Response, ApiError> {
-    let body = json_body(&headers, body, state.config.limits.max_body_bytes())?;
-    let mut fields = validate::json_object(&body)?;
+/// How an exec went: its result, or the id of its job, still running when
+/// the wait ran out (`GET /v1/jobs/{id}` has it later).
+pub(crate) enum Executed {
+    Done(Box<ExecView>),
+    Pending(String),
+}
+
+/// Runs an exec (`fields`: code, stdin, timeout_ms) in session `id`.
+pub(crate) async fn exec_in(
+    state: &AppState,
+    caller: &Caller,
+    id: &str,
+    mut fields: Map<String, Value>,
+) -> Result<Executed, ApiError> {
     allow_only(&fields, &["code", "stdin", "timeout_ms"])?;
-    let (session, restored) = ready(&state, &caller, &id).await?;
+    let (session, restored) = ready(state, caller, id).await?;
     fields.insert("language".into(), Value::String(session.language.as_str().into()));
     let mut spec = validate::job_spec_fields(&fields, &state.config.limits)?;
     if session.language == Language::Javascript && !spec.stdin.is_empty() {
@@ -232,64 +309,21 @@ pub async fn exec(
     }
     let timeout = state.config.limits.timeouts.for_job(spec.timeout_ms);
     spec.timeout_ms = Some(millis(timeout));
-    spec.session = Some(SessionTask { id: id.clone(), op: SessionOp::Exec });
+    spec.session = Some(SessionTask { id: id.to_owned(), op: SessionOp::Exec });
     let worker = session.worker.clone().unwrap_or_default();
-    let job = send(&state, &caller, &session, &worker, &spec, true).await?;
-    let Some(record) = wait_on_worker(&state, &job, &worker, timeout + EXEC_MARGIN).await? else {
-        let body = serde_json::json!({ "id": job, "status": Status::Running });
-        return Ok((StatusCode::ACCEPTED, Json(body)).into_response());
+    let job = send(state, caller, &session, &worker, &spec, true).await?;
+    let Some(record) = wait_on_worker(state, &job, &worker, timeout + EXEC_MARGIN).await? else {
+        return Ok(Executed::Pending(job));
     };
-    let after = owned(&state, &caller, &id).await?;
+    let after = owned(state, caller, id).await?;
     let restored =
         restored.or_else(|| after.restored_from.clone().filter(|r| session.restored_from.as_ref() != Some(r)));
-    let view = ExecView {
-        job: JobView::from(record),
-        session: ExecSession { id, status: after.status, restored_from: restored },
-    };
-    Ok(Json(view).into_response())
-}
-
-pub async fn checkpoint(
-    State(state): State<AppState>,
-    caller: Caller,
-    Path(id): Path<String>,
-) -> Result<Response, ApiError> {
-    let info = take_checkpoint(&state, &caller, &id).await?;
-    Ok((StatusCode::CREATED, Json(info)).into_response())
-}
-
-pub async fn fork(State(state): State<AppState>, caller: Caller, Path(id): Path<String>) -> Result<Response, ApiError> {
-    let info = take_checkpoint(&state, &caller, &id).await?;
-    let parent = owned(&state, &caller, &id).await?;
-    let limits = state.config.sessions;
-    let child = uuid::Uuid::new_v4().to_string();
-    let idle = Duration::from_secs(parent.idle_timeout_s);
-    let expires_at_ms = now_unix_ms() + millis(limits.lifetime);
-    let ttl = state.config.shared.result_ttl;
-    let created = state
-        .queue
-        .create_session(&child, &caller.0, parent.language, idle, expires_at_ms, &now_rfc3339(), limits.per_token, ttl)
-        .await?;
-    if !created {
-        return Err(ApiError::TooManySessions(limits.per_token));
-    }
-    let started =
-        start(&state, &caller, &child, parent.language, Some(info.id.clone()), millis(idle), expires_at_ms).await;
-    let record = match started {
-        Ok(record) => record,
-        Err(e) => {
-            let reason = format!("it could not start: {e}");
-            state.queue.end_session(&child, &caller.0, SessionStatus::Lost, &reason, ttl, None).await?;
-            return Err(e);
-        }
-    };
-    tracing::info!(session = %id, fork = %child, checkpoint = %info.id, "session forked");
-    let code = if record.status == SessionStatus::Starting { StatusCode::ACCEPTED } else { StatusCode::CREATED };
-    Ok((code, Json(SessionView::from(record))).into_response())
+    let session = ExecSession { id: id.to_owned(), status: after.status, restored_from: restored };
+    Ok(Executed::Done(Box::new(ExecView { job: JobView::from(record), session })))
 }
 
 /// Takes a checkpoint of session `id` and returns what was stored.
-async fn take_checkpoint(state: &AppState, caller: &Caller, id: &str) -> Result<CheckpointInfo, ApiError> {
+pub(crate) async fn take_checkpoint(state: &AppState, caller: &Caller, id: &str) -> Result<CheckpointInfo, ApiError> {
     let (session, _) = ready(state, caller, id).await?;
     let checkpoint = uuid::Uuid::new_v4().to_string();
     let spec = step(session.language, id, SessionOp::Checkpoint { checkpoint });

@@ -205,3 +205,44 @@ def test_an_abandoned_call_cancels_its_job():
         time.sleep(0.2)
     assert probe.status_code == 200, probe.text
     assert probe.json()["stdout"] == "1\n"
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_session_keeps_state_checkpoints_forks_and_ends(mode):
+    async def work(client):
+        tools = {tool.name for tool in (await client.list_tools()).tools}
+        created = await client.call_tool("create_session", {"language": "python", "idle_timeout_s": 60})
+        assert created.is_error is False, text(created)
+        sid = created.structured_content["id"]
+        first = await client.call_tool("run_in_session", {"session_id": sid, "code": "data = [i * i for i in range(10)]"})
+        second = await client.call_tool("run_in_session", {"session_id": sid, "code": "print(sum(data))"})
+        checkpoint = await client.call_tool("checkpoint_session", {"session_id": sid})
+        fork = await client.call_tool("fork_session", {"session_id": sid})
+        fid = fork.structured_content["id"]
+        changed = await client.call_tool("run_in_session", {"session_id": fid, "code": "data.append(1000); print(len(data))"})
+        parent = await client.call_tool("run_in_session", {"session_id": sid, "code": "print(len(data))"})
+        failing = await client.call_tool("run_in_session", {"session_id": sid, "code": "raise ValueError('nope')"})
+        ended = [await client.call_tool("destroy_session", {"session_id": s}) for s in (sid, fid)]
+        after = await client.call_tool("run_in_session", {"session_id": sid, "code": "print(1)"})
+        return tools, first, second, checkpoint, changed, parent, failing, ended, after
+
+    tools, first, second, checkpoint, changed, parent, failing, ended, after = call(mode, work)
+    assert {"create_session", "run_in_session", "checkpoint_session", "fork_session", "destroy_session"} <= tools
+    assert first.is_error is False, text(first)
+    assert second.structured_content["stdout"] == "285\n", text(second)
+    assert checkpoint.structured_content["size_bytes"] > 0, text(checkpoint)
+    assert changed.structured_content["stdout"] == "11\n", text(changed)
+    assert parent.structured_content["stdout"] == "10\n", text(parent)
+    assert failing.is_error is True and "ValueError: nope" in failing.structured_content["stderr"]
+    assert all(e.structured_content["status"] == "closed" for e in ended), [text(e) for e in ended]
+    assert after.is_error is True and "session_closed" in text(after), text(after)
+
+
+def test_session_tools_say_that_state_lasts_only_inside_a_session():
+    async def work(client):
+        return {tool.name: tool for tool in (await client.list_tools()).tools}
+
+    tools = call("legacy", work)
+    assert "State lasts only inside a session" in tools["run_code"].description
+    assert "no network" in tools["create_session"].description
+    assert "destroy_session" in tools["create_session"].description

@@ -104,6 +104,29 @@ describe("runbox /mcp with @modelcontextprotocol/sdk", () => {
     }
   });
 
+  test("a session keeps state across calls, forks, and ends", async () => {
+    const created = await client.callTool({ name: "create_session", arguments: { language: "javascript" } });
+    assert.equal(created.isError, false, text(created));
+    const id = created.structuredContent.id;
+    const run = (sessionId, code) => client.callTool({ name: "run_in_session", arguments: { session_id: sessionId, code } });
+    await run(id, "const seen = []; function note(x) { seen.push(x); return seen.length }");
+    const noted = await run(id, "console.log(note('a'), note('b'))");
+    assert.equal(noted.structuredContent.stdout, "1 2\n", text(noted));
+    const fork = await client.callTool({ name: "fork_session", arguments: { session_id: id } });
+    const forkId = fork.structuredContent.id;
+    const inFork = await run(forkId, "note('c'); console.log(seen.join(''))");
+    const inParent = await run(id, "console.log(seen.join(''))");
+    assert.equal(inFork.structuredContent.stdout, "abc\n", text(inFork));
+    assert.equal(inParent.structuredContent.stdout, "ab\n", text(inParent));
+    for (const sessionId of [id, forkId]) {
+      const ended = await client.callTool({ name: "destroy_session", arguments: { session_id: sessionId } });
+      assert.equal(ended.structuredContent.status, "closed", text(ended));
+    }
+    const gone = await run(id, "1");
+    assert.equal(gone.isError, true);
+    assert.match(text(gone), /session_closed/);
+  });
+
   test("a wrong token gets 401", async () => {
     await assert.rejects(connect("not-the-token-0123456789"), (error) => {
       assert.ok(error instanceof StreamableHTTPError, `${error}`);
