@@ -116,7 +116,7 @@ pub struct CheckpointInfo {
     pub created_at: String,
     /// Stored size, compressed.
     pub size_bytes: u64,
-    /// Taking it: the snapshot (or log) plus compressing and storing it.
+    /// Taking it: the snapshot (or the log) and compressing it.
     pub took_ms: u64,
     /// When Redis drops it.
     pub expires_at: String,

@@ -223,7 +223,7 @@ impl Worker {
         let started = Instant::now();
         let limits = self.config.sessions;
         let taken = match s.child.checkpoint().await {
-            Ok((bytes, _)) => {
+            Ok(bytes) => {
                 let compressed = tokio::task::spawn_blocking(move || lz4_flex::compress_prepend_size(&bytes)).await;
                 compressed.map_err(|e| e.to_string())
             }

@@ -12,7 +12,7 @@
 //! - JavaScript: the programs the session ran, replayed in order in a fresh
 //!   child ([`Restore::Replay`]); the runner keeps that log.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use runbox_common::{JobSpec, Language, Outcome};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -128,13 +128,10 @@ impl SessionChild {
         (outcome, alive)
     }
 
-    /// The session's state as a checkpoint's bytes (before compression),
-    /// and how long taking it took.
-    pub async fn checkpoint(&mut self) -> Result<(Vec<u8>, Duration), SessionError> {
-        let started = Instant::now();
+    /// The session's state as a checkpoint's bytes, before compression.
+    pub async fn checkpoint(&mut self) -> Result<Vec<u8>, SessionError> {
         if self.inner.kind == Kind::Js {
-            let log = serde_json::to_vec(&self.replay).map_err(|e| SessionError::Failed(e.to_string()))?;
-            return Ok((log, started.elapsed()));
+            return serde_json::to_vec(&self.replay).map_err(|e| SessionError::Failed(e.to_string()));
         }
         let nonce = uuid::Uuid::new_v4().simple().to_string();
         let frame = serde_json::json!({ "op": "checkpoint", "nonce": nonce });
@@ -185,8 +182,7 @@ impl SessionChild {
         })
         .await;
         match taken {
-            Ok(Ok(bytes)) => Ok((bytes, started.elapsed())),
-            Ok(Err(e)) => Err(e),
+            Ok(result) => result,
             Err(_) => Err(SessionError::Failed(format!("the checkpoint took longer than {CHECKPOINT_TIMEOUT:?}"))),
         }
     }
