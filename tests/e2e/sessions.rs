@@ -329,3 +329,43 @@ async fn runtimes_show_the_sessions_each_worker_holds() {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
+
+#[tokio::test]
+async fn a_forged_session_task_is_rejected_and_never_runs() {
+    let redis = Redis::start().await;
+    let api = Api::start(&redis, &[]).await;
+    let _worker = start_worker(&redis, &[]).await;
+    let s = alice(&api);
+    let id = s.open(json!({ "language": "python" })).await;
+    s.run(&id, "secret = 'kept'").await;
+    let (_, session) = s.get(&id).await;
+    let worker = session["worker"].as_str().expect("worker").to_owned();
+
+    // What someone with Redis access but not the signing key could write:
+    // a task for the session, straight into its worker's inbox.
+    let forged = "00000000-0000-4000-8000-00000000f00d";
+    let payload = json!({
+        "language": "python",
+        "code": "secret = 'overwritten'",
+        "session": { "id": id, "op": { "kind": "exec" } },
+    })
+    .to_string();
+    let _: i64 = redis
+        .cmd(
+            redis::cmd("HSET")
+                .arg(keys().job(forged))
+                .arg("status")
+                .arg("queued")
+                .arg("owner")
+                .arg("alice")
+                .arg("payload")
+                .arg(&payload)
+                .arg("sig")
+                .arg("0".repeat(64)),
+        )
+        .await;
+    let _: i64 = redis.cmd(redis::cmd("LPUSH").arg(keys().inbox(&worker)).arg(forged)).await;
+    let job = api.until_status(forged, "rejected", Duration::from_secs(10)).await;
+    assert!(job["stderr"].as_str().expect("stderr").contains("signature"), "{job}");
+    assert_eq!(s.run(&id, "print(secret)").await, "kept\n");
+}
