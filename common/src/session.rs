@@ -257,6 +257,9 @@ if tonumber(ARGV[6]) > 0 and redis.call('SCARD', KEYS[2]) >= tonumber(ARGV[6]) t
 redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'language', ARGV[2], 'status', 'starting', 'worker', '',
   'created_at', ARGV[5], 'last_used_ms', now, 'idle_timeout_ms', ARGV[3], 'expires_at_ms', ARGV[4],
   'execs', 0, 'checkpoints', '[]')
+-- Gone by itself at the latest a result TTL after its lifetime ends, even
+-- if no worker or caller is left to end it.
+redis.call('EXPIRE', KEYS[1], math.ceil((tonumber(ARGV[4]) - now) / 1000) + tonumber(ARGV[7]))
 redis.call('SADD', KEYS[2], string.match(KEYS[1], '[^:]+$'))
 return 1
 ";
