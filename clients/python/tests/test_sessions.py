@@ -140,3 +140,17 @@ def test_async_sessions(stack):
                 await client.get_session(UNKNOWN)
 
     asyncio.run(main())
+
+
+def test_too_many_sessions_is_retried_then_raised(stack):
+    # A second api on the same Redis that lets a token hold one session.
+    url = stack.api(RUNBOX_SESSIONS_PER_TOKEN="1")
+    with Client(url, OTHER_TOKEN, max_retries=1) as client, client.create_session("javascript") as held:
+        started = time.monotonic()
+        with pytest.raises(runbox.QuotaExceeded) as over:
+            client.create_session("python")
+        assert (over.value.status, over.value.code) == (429, "too_many_sessions")
+        assert time.monotonic() - started >= 1, "it waited Retry-After once before giving up"
+        held.destroy()
+        with client.create_session("python") as freed:
+            assert freed.exec("print('room again')").stdout == "room again\n"

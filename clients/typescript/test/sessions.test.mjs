@@ -1,7 +1,7 @@
 // Sessions through the TypeScript client, as built (dist/), against a real
 // stack started by clients/with-stack; under Node and under Deno.
 import assert from "node:assert/strict";
-import { test } from "node:test";
+import { afterEach, test } from "node:test";
 
 import { Client, InvalidRequest, NotFound, SessionBusy, SessionEnded } from "../dist/index.js";
 
@@ -10,8 +10,20 @@ const url = env("RUNBOX_URL");
 const client = new Client({ url, token: env("RUNBOX_TOKEN") });
 const UNKNOWN = "7f6c1a52-0c2e-4a53-9d47-3f1e2b8c9a10";
 
+// Sessions hold a worker slot each: a failed test closes its own, so the
+// next tests are not left waiting for a slot.
+const opened = [];
+const open = async (make) => {
+  const session = await make();
+  opened.push(session);
+  return session;
+};
+afterEach(async () => {
+  await Promise.all(opened.splice(0).map((s) => s.close()));
+});
+
 test("a python session keeps state, checkpoints and forks", async () => {
-  const session = await client.createSession("python");
+  const session = await open(() => client.createSession("python"));
   assert.deepEqual([session.language, session.status], ["python", "idle"]);
   const first = await session.exec("rows = [i * i for i in range(10)]\nprint(len(rows))");
   assert.deepEqual([first.status, first.exit_code, first.stdout], ["completed", 0, "10\n"]);
@@ -25,7 +37,7 @@ test("a python session keeps state, checkpoints and forks", async () => {
   assert.ok(checkpoint.size_bytes > 0 && checkpoint.expires_at);
   assert.deepEqual((await session.refresh()).checkpoints.map((c) => c.id), [checkpoint.id]);
 
-  const fork = await session.fork();
+  const fork = await open(() => session.fork());
   assert.notEqual(fork.id, session.id);
   await session.exec("rows[0] = 'parent'");
   await fork.exec("rows[0] = 'fork'");
