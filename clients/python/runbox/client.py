@@ -52,11 +52,12 @@ def _retry_never(code: str) -> bool:
 def _retry_create(code: str) -> bool:
     """Whether a 429/503 to a session create (or fork) may be sent again.
     Sessions have no idempotency key, so only answers that say no live
-    session was left behind are: `too_many_sessions` and `quota_exceeded`
-    refuse before anything is made, and after `queue_full` or
-    `session_unavailable` runbox has already ended the session it made as
-    lost. `unavailable` (Redis failing midway) may leave a half-made
-    session that a worker opens later, so it is raised instead."""
+    session was left behind are: `too_many_sessions` refuses before anything
+    is made, and after `quota_exceeded`, `queue_full` or
+    `session_unavailable` (its start could not be queued, or no worker
+    opened it) runbox has already ended the session it made as lost.
+    `unavailable` (Redis failing midway) may leave a half-made session that
+    a worker opens later, so it is raised instead."""
     return code != "unavailable"
 
 

@@ -232,10 +232,11 @@ const retryAny: RetryRule = () => true;
 const retryNever: RetryRule = () => false;
 /** A session create (or fork) has no idempotency key, so it is retried only
  * when runbox says no live session was left behind: `too_many_sessions`
- * and `quota_exceeded` refuse before anything is made, and after
- * `queue_full` or `session_unavailable` runbox has ended the session it made
- * as lost. `unavailable` (Redis failing midway) may leave a half-made
- * session that a worker opens later, so it is thrown instead. */
+ * refuses before anything is made, and after `quota_exceeded`, `queue_full`
+ * or `session_unavailable` (its start could not be queued, or no worker
+ * opened it) runbox has ended the session it made as lost. `unavailable`
+ * (Redis failing midway) may leave a half-made session that a worker opens
+ * later, so it is thrown instead. */
 const retryCreate: RetryRule = (code) => code !== "unavailable";
 
 async function errorCode(response: Response): Promise<string> {
