@@ -7,23 +7,27 @@ deny-all sandbox over HTTP.
         print(job.status, job.exit_code, job.stdout)
 """
 
-from .client import AsyncBatchHandle, AsyncClient, BatchHandle, Client, job_spec
+from .client import AsyncBatchHandle, AsyncClient, AsyncSession, BatchHandle, Client, Session, job_spec
 from .errors import (
     InvalidRequest,
     NotFound,
     QuotaExceeded,
     RunboxError,
+    SessionBusy,
+    SessionEnded,
     TransportError,
     Unauthorized,
     Unavailable,
 )
-from .types import Batch, Job, OutputFile
+from .types import Batch, Checkpoint, Job, OutputFile, SessionExec, SessionInfo
 
 __all__ = [
     "AsyncBatchHandle",
     "AsyncClient",
+    "AsyncSession",
     "Batch",
     "BatchHandle",
+    "Checkpoint",
     "Client",
     "InvalidRequest",
     "Job",
@@ -31,6 +35,11 @@ __all__ = [
     "OutputFile",
     "QuotaExceeded",
     "RunboxError",
+    "Session",
+    "SessionBusy",
+    "SessionEnded",
+    "SessionExec",
+    "SessionInfo",
     "TransportError",
     "Unauthorized",
     "Unavailable",

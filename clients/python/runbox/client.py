@@ -7,6 +7,8 @@ Both follow the same rules:
   `max_retries` times), then raised as `QuotaExceeded` or `Unavailable`;
 - every other 4xx is raised at once as a `RunboxError` subclass carrying
   the server's error code;
+- sessions bend the retry rule where a retry could run something twice
+  (see `Client.create_session` and `Session.exec`);
 - the URL and token default to `RUNBOX_URL` and `RUNBOX_TOKEN`.
 """
 
@@ -16,17 +18,47 @@ import asyncio
 import json
 import os
 import time
+from dataclasses import replace
 from typing import Any, AsyncIterator, Iterable, Iterator, Optional
 
 import httpx
 
-from .errors import TransportError, error_for
-from .types import Batch, Job
+from .errors import SessionEnded, TransportError, error_code, error_for
+from .types import Batch, Checkpoint, Job, SessionExec, SessionInfo
 
 #: The longest long-poll runbox holds a request for.
 MAX_WAIT_S = 60
 #: Longest pause between retries, whatever `Retry-After` says.
 MAX_RETRY_DELAY_S = 30.0
+#: How long runbox may take to answer a checkpoint (it waits up to 120 s)
+#: or a fork (a checkpoint, then up to 60 s for a worker to open the new
+#: session), plus room for the network.
+CHECKPOINT_TIMEOUT_S = 150.0
+FORK_TIMEOUT_S = 210.0
+#: How long a session answered as still `starting` (202) is polled for.
+START_POLL_S = 120.0
+#: What runbox waits beyond an exec's own timeout before answering 202.
+EXEC_MARGIN_S = 30.0
+
+
+def _retry_any(code: str) -> bool:
+    return True
+
+
+def _retry_never(code: str) -> bool:
+    return False
+
+
+def _retry_create(code: str) -> bool:
+    """Whether a 429/503 to a session create (or fork) may be sent again.
+    Sessions have no idempotency key, so only answers that say no live
+    session was left behind are: `too_many_sessions` refuses before anything
+    is made, and after `quota_exceeded`, `queue_full` or
+    `session_unavailable` (its start could not be queued, or no worker
+    opened it) runbox has already ended the session it made as lost.
+    `unavailable` (Redis failing midway) may leave a half-made session that
+    a worker opens later, so it is raised instead."""
+    return code != "unavailable"
 
 
 def job_spec(
@@ -71,10 +103,11 @@ def _body(response: httpx.Response) -> Any:
         return {"error": {"code": "invalid_response", "message": response.text[:200]}}
 
 
-def _answer(response: httpx.Response, attempt: int, max_retries: int) -> tuple[Optional[float], Any]:
+def _answer(response: httpx.Response, attempt: int, max_retries: int, retry=_retry_any) -> tuple[Optional[float], Any]:
     """How one response ends a request: `(delay, None)` to retry after
-    `delay` seconds, else `(None, body)`; an error status raises."""
-    if response.status_code in (429, 503) and attempt < max_retries:
+    `delay` seconds, else `(None, body)`; an error status raises. `retry`
+    says, from the error code of a 429 or 503, whether it may be retried."""
+    if response.status_code in (429, 503) and attempt < max_retries and retry(error_code(_body(response))):
         return _retry_delay(response, attempt), None
     if response.status_code >= 400:
         raise error_for(response.status_code, _body(response))
@@ -101,6 +134,31 @@ def _poll_seconds(deadline: Optional[float]) -> int:
     return max(1, min(MAX_WAIT_S, int(deadline - time.monotonic())))
 
 
+def _session_body(language: Optional[str], idle_timeout_s: Optional[int], from_checkpoint: Optional[str]) -> dict:
+    fields = (("language", language), ("idle_timeout_s", idle_timeout_s), ("from_checkpoint", from_checkpoint))
+    return {name: value for name, value in fields if value is not None}
+
+
+def _exec_body(code: str, stdin: Optional[str], timeout_ms: Optional[int]) -> dict:
+    body: dict[str, Any] = {"code": code}
+    for name, value in (("stdin", stdin), ("timeout_ms", timeout_ms)):
+        if value is not None:
+            body[name] = value
+    return body
+
+
+def _exec_timeout(client_timeout_s: float, timeout_ms: Optional[int]) -> float:
+    """A read timeout long enough for runbox to answer an exec itself
+    (with its result or a 202), so a slow exec is not cut off midway."""
+    return max(client_timeout_s, (timeout_ms or 0) / 1000 + EXEC_MARGIN_S + 15)
+
+
+def _pending_exec(job: Job, session: SessionInfo) -> SessionExec:
+    """An exec that outlasted runbox's wait, once it has finished."""
+    fields = {name: getattr(job, name) for name in Job.__dataclass_fields__}
+    return SessionExec(**fields, session_id=session.id, session_status=session.status)
+
+
 def _batch_body(jobs: Iterable[dict], shared_runtime: Optional[bool], **extra: Any) -> dict:
     body: dict[str, Any] = {"jobs": list(jobs)}
     if shared_runtime is not None:
@@ -123,6 +181,7 @@ class Client:
     ):
         base, token = _settings(url, token)
         self.max_retries = max_retries
+        self.timeout_s = timeout_s
         self._http = httpx.Client(
             base_url=base, headers={"Authorization": f"Bearer {token}"}, timeout=timeout_s, transport=transport
         )
@@ -136,13 +195,13 @@ class Client:
     def close(self) -> None:
         self._http.close()
 
-    def _request(self, method: str, path: str, **kwargs: Any) -> Any:
+    def _request(self, method: str, path: str, *, retry=_retry_any, **kwargs: Any) -> Any:
         for attempt in range(self.max_retries + 1):
             try:
                 response = self._http.request(method, path, **kwargs)
             except httpx.HTTPError as e:
                 raise TransportError(f"{method} {path}: {e}") from e
-            delay, body = _answer(response, attempt, self.max_retries)
+            delay, body = _answer(response, attempt, self.max_retries, retry)
             if delay is None:
                 return body
             time.sleep(delay)
@@ -200,6 +259,77 @@ class Client:
                 if line.strip():
                     yield Job.from_json(json.loads(line))
 
+    # Sessions: state that lasts across execs (see the project README).
+
+    def create_session(
+        self, language: Optional[str] = None, idle_timeout_s: Optional[int] = None, from_checkpoint: Optional[str] = None
+    ) -> "Session":
+        """Opens a session (`python` or `javascript`; from a checkpoint, its
+        language is the checkpoint's). Returns once a worker holds it.
+
+        429 and 503 are retried only when runbox says it left no session
+        behind (see `_retry_create`): a create has no idempotency key, and a
+        retry after a half-made one would hold two against the token's cap."""
+        body = _session_body(language, idle_timeout_s, from_checkpoint)
+        info = SessionInfo.from_json(self._request("POST", "/v1/sessions", json=body, retry=_retry_create))
+        return Session(self, self._started(info))
+
+    def session(self, session_id: str) -> "Session":
+        """A handle on an existing session (raises `NotFound` if none)."""
+        return Session(self, self.get_session(session_id))
+
+    def get_session(self, session_id: str) -> SessionInfo:
+        return SessionInfo.from_json(self._request("GET", f"/v1/sessions/{session_id}"))
+
+    def list_sessions(self) -> list[SessionInfo]:
+        """This token's sessions, live and recently ended."""
+        return [SessionInfo.from_json(s) for s in self._request("GET", "/v1/sessions")["sessions"]]
+
+    def exec_in(
+        self, session_id: str, code: str, stdin: Optional[str] = None, timeout_ms: Optional[int] = None
+    ) -> SessionExec:
+        """Runs `code` in the session; a non-zero exit is data. Never
+        retried: an exec is not idempotent (it changes the session), and a
+        503 or a lost answer may come after the worker has run it. 409
+        `session_busy` is raised as `SessionBusy` for the same reason."""
+        body = self._request(
+            "POST",
+            f"/v1/sessions/{session_id}/exec",
+            json=_exec_body(code, stdin, timeout_ms),
+            retry=_retry_never,
+            timeout=_exec_timeout(self.timeout_s, timeout_ms),
+        )
+        if "session" in body:
+            return SessionExec.from_json(body)
+        # 202: it outlasted runbox's wait; the job has the result later.
+        job = self.wait(body["id"])
+        return _pending_exec(job, self.get_session(session_id))
+
+    def checkpoint_session(self, session_id: str) -> Checkpoint:
+        """Saves the session's state; a retry after a lost answer at worst
+        leaves one more checkpoint, which expires on its own."""
+        body = self._request("POST", f"/v1/sessions/{session_id}/checkpoints", timeout=CHECKPOINT_TIMEOUT_S)
+        return Checkpoint.from_json(body)
+
+    def fork_session(self, session_id: str) -> "Session":
+        """A new session from a checkpoint of this one; they then diverge.
+        Retried as a create is."""
+        body = self._request("POST", f"/v1/sessions/{session_id}/fork", retry=_retry_create, timeout=FORK_TIMEOUT_S)
+        return Session(self, self._started(SessionInfo.from_json(body)))
+
+    def destroy_session(self, session_id: str) -> SessionInfo:
+        """Ends the session and its process; returns it `closed`."""
+        return SessionInfo.from_json(self._request("DELETE", f"/v1/sessions/{session_id}"))
+
+    def _started(self, info: SessionInfo) -> SessionInfo:
+        """`info` once a worker has opened it: runbox answers 202 with the
+        session still `starting` when that takes long."""
+        deadline = time.monotonic() + START_POLL_S
+        while info.status == "starting" and time.monotonic() < deadline:
+            time.sleep(0.5)
+            info = self.get_session(info.id)
+        return info
+
 
 class BatchHandle:
     """A submitted batch: its id, its jobs' ids, and ways to read it."""
@@ -236,6 +366,7 @@ class AsyncClient:
     ):
         base, token = _settings(url, token)
         self.max_retries = max_retries
+        self.timeout_s = timeout_s
         self._http = httpx.AsyncClient(
             base_url=base, headers={"Authorization": f"Bearer {token}"}, timeout=timeout_s, transport=transport
         )
@@ -249,13 +380,13 @@ class AsyncClient:
     async def aclose(self) -> None:
         await self._http.aclose()
 
-    async def _request(self, method: str, path: str, **kwargs: Any) -> Any:
+    async def _request(self, method: str, path: str, *, retry=_retry_any, **kwargs: Any) -> Any:
         for attempt in range(self.max_retries + 1):
             try:
                 response = await self._http.request(method, path, **kwargs)
             except httpx.HTTPError as e:
                 raise TransportError(f"{method} {path}: {e}") from e
-            delay, body = _answer(response, attempt, self.max_retries)
+            delay, body = _answer(response, attempt, self.max_retries, retry)
             if delay is None:
                 return body
             await asyncio.sleep(delay)
@@ -309,6 +440,60 @@ class AsyncClient:
                 if line.strip():
                     yield Job.from_json(json.loads(line))
 
+    # Sessions: the same calls as `Client`'s, with the same retry rules.
+
+    async def create_session(
+        self, language: Optional[str] = None, idle_timeout_s: Optional[int] = None, from_checkpoint: Optional[str] = None
+    ) -> "AsyncSession":
+        body = _session_body(language, idle_timeout_s, from_checkpoint)
+        info = SessionInfo.from_json(await self._request("POST", "/v1/sessions", json=body, retry=_retry_create))
+        return AsyncSession(self, await self._started(info))
+
+    async def session(self, session_id: str) -> "AsyncSession":
+        return AsyncSession(self, await self.get_session(session_id))
+
+    async def get_session(self, session_id: str) -> SessionInfo:
+        return SessionInfo.from_json(await self._request("GET", f"/v1/sessions/{session_id}"))
+
+    async def list_sessions(self) -> list[SessionInfo]:
+        body = await self._request("GET", "/v1/sessions")
+        return [SessionInfo.from_json(s) for s in body["sessions"]]
+
+    async def exec_in(
+        self, session_id: str, code: str, stdin: Optional[str] = None, timeout_ms: Optional[int] = None
+    ) -> SessionExec:
+        body = await self._request(
+            "POST",
+            f"/v1/sessions/{session_id}/exec",
+            json=_exec_body(code, stdin, timeout_ms),
+            retry=_retry_never,
+            timeout=_exec_timeout(self.timeout_s, timeout_ms),
+        )
+        if "session" in body:
+            return SessionExec.from_json(body)
+        job = await self.wait(body["id"])
+        return _pending_exec(job, await self.get_session(session_id))
+
+    async def checkpoint_session(self, session_id: str) -> Checkpoint:
+        body = await self._request("POST", f"/v1/sessions/{session_id}/checkpoints", timeout=CHECKPOINT_TIMEOUT_S)
+        return Checkpoint.from_json(body)
+
+    async def fork_session(self, session_id: str) -> "AsyncSession":
+        body = await self._request(
+            "POST", f"/v1/sessions/{session_id}/fork", retry=_retry_create, timeout=FORK_TIMEOUT_S
+        )
+        return AsyncSession(self, await self._started(SessionInfo.from_json(body)))
+
+    async def destroy_session(self, session_id: str) -> SessionInfo:
+        return SessionInfo.from_json(await self._request("DELETE", f"/v1/sessions/{session_id}"))
+
+    async def _started(self, info: SessionInfo) -> SessionInfo:
+        deadline = time.monotonic() + START_POLL_S
+        while info.status == "starting" and time.monotonic() < deadline:
+            await asyncio.sleep(0.5)
+            info = await self.get_session(info.id)
+        return info
+
 
 class AsyncBatchHandle:
     def __init__(self, client: AsyncClient, batch_id: str, job_ids: list[str]):
@@ -327,3 +512,109 @@ class AsyncBatchHandle:
         return await self.client.cancel_batch(self.id)
 
 
+
+
+class Session:
+    """A live session: `exec` runs code in it, keeping what earlier execs
+    defined. As a context manager it is destroyed on exit."""
+
+    def __init__(self, client: Client, info: SessionInfo):
+        self.client, self.info = client, info
+
+    @property
+    def id(self) -> str:
+        return self.info.id
+
+    @property
+    def language(self) -> str:
+        return self.info.language
+
+    @property
+    def status(self) -> str:
+        """As of the last call that returned the session (see `refresh`)."""
+        return self.info.status
+
+    def __enter__(self) -> "Session":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if not self.info.ended:
+            try:
+                self.destroy()
+            except SessionEnded:
+                pass  # it ended meanwhile (idle or lifetime limit): nothing to do
+
+    def __repr__(self) -> str:
+        return f"Session(id={self.id!r}, language={self.language!r}, status={self.status!r})"
+
+    def exec(self, code: str, stdin: Optional[str] = None, timeout_ms: Optional[int] = None) -> SessionExec:
+        result = self.client.exec_in(self.id, code, stdin=stdin, timeout_ms=timeout_ms)
+        if result.session_status is not None:
+            self.info = replace(self.info, status=result.session_status)
+        return result
+
+    def checkpoint(self) -> Checkpoint:
+        return self.client.checkpoint_session(self.id)
+
+    def fork(self) -> "Session":
+        return self.client.fork_session(self.id)
+
+    def refresh(self) -> SessionInfo:
+        self.info = self.client.get_session(self.id)
+        return self.info
+
+    def destroy(self) -> SessionInfo:
+        self.info = self.client.destroy_session(self.id)
+        return self.info
+
+
+class AsyncSession:
+    """`Session` for `AsyncClient`; `async with` destroys it on exit."""
+
+    def __init__(self, client: AsyncClient, info: SessionInfo):
+        self.client, self.info = client, info
+
+    @property
+    def id(self) -> str:
+        return self.info.id
+
+    @property
+    def language(self) -> str:
+        return self.info.language
+
+    @property
+    def status(self) -> str:
+        return self.info.status
+
+    async def __aenter__(self) -> "AsyncSession":
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if not self.info.ended:
+            try:
+                await self.destroy()
+            except SessionEnded:
+                pass
+
+    def __repr__(self) -> str:
+        return f"AsyncSession(id={self.id!r}, language={self.language!r}, status={self.status!r})"
+
+    async def exec(self, code: str, stdin: Optional[str] = None, timeout_ms: Optional[int] = None) -> SessionExec:
+        result = await self.client.exec_in(self.id, code, stdin=stdin, timeout_ms=timeout_ms)
+        if result.session_status is not None:
+            self.info = replace(self.info, status=result.session_status)
+        return result
+
+    async def checkpoint(self) -> Checkpoint:
+        return await self.client.checkpoint_session(self.id)
+
+    async def fork(self) -> "AsyncSession":
+        return await self.client.fork_session(self.id)
+
+    async def refresh(self) -> SessionInfo:
+        self.info = await self.client.get_session(self.id)
+        return self.info
+
+    async def destroy(self) -> SessionInfo:
+        self.info = await self.client.destroy_session(self.id)
+        return self.info

@@ -82,3 +82,76 @@ class Batch:
             jobs=[Job.from_json(j) for j in data.get("jobs", [])],
             next_offset=data.get("next_offset"),
         )
+
+
+#: Statuses of a session that has ended: it will not run anything again.
+SESSION_ENDED = {"closed", "expired", "lost"}
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """A saved state of a session: `create_session(from_checkpoint=id)`
+    starts a new session from it, until `expires_at`."""
+
+    id: str
+    created_at: str
+    size_bytes: int
+    took_ms: int
+    expires_at: str
+
+    @classmethod
+    def from_json(cls, data: dict) -> "Checkpoint":
+        return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
+
+
+@dataclass(frozen=True)
+class SessionInfo:
+    """A session as runbox shows it. `status` is `starting`, `idle`,
+    `busy`, `restoring`, or one of the ended ones (`closed`, `expired`,
+    `lost`, with `ended_reason`)."""
+
+    id: str
+    language: str
+    status: str
+    worker: Optional[str] = None
+    created_at: Optional[str] = None
+    last_used_at: Optional[str] = None
+    idle_timeout_s: Optional[int] = None
+    expires_at: Optional[str] = None
+    execs: int = 0
+    checkpoints: list[Checkpoint] = field(default_factory=list)
+    ended_reason: Optional[str] = None
+    restored_from: Optional[str] = None
+
+    @property
+    def ended(self) -> bool:
+        return self.status in SESSION_ENDED
+
+    @classmethod
+    def from_json(cls, data: dict) -> "SessionInfo":
+        checkpoints = [Checkpoint.from_json(c) for c in data.get("checkpoints") or []]
+        known = {k: data[k] for k in cls.__dataclass_fields__ if k in data and k != "checkpoints"}
+        return cls(checkpoints=checkpoints, **known)
+
+
+@dataclass(frozen=True)
+class SessionExec(Job):
+    """One exec in a session: the job (its status, exit code and output:
+    a non-zero exit is data, as for any job) plus the session's status
+    after it. `restored_from` is set when the session had to be brought
+    back from that checkpoint during the call: what ran after it is gone."""
+
+    session_id: Optional[str] = None
+    session_status: Optional[str] = None
+    restored_from: Optional[str] = None
+
+    @classmethod
+    def from_json(cls, data: dict) -> "SessionExec":
+        job = Job.from_json(data)
+        session = data.get("session") or {}
+        return cls(
+            **{name: getattr(job, name) for name in Job.__dataclass_fields__},
+            session_id=session.get("id"),
+            session_status=session.get("status"),
+            restored_from=session.get("restored_from"),
+        )

@@ -36,7 +36,8 @@ class Stack:
             "REDIS_URL": f"redis://127.0.0.1:{redis_port}",
             "RUNBOX_API_TOKENS": f"client:{TOKEN},other:{OTHER_TOKEN}",
             "RUNBOX_SIGNING_KEY": SIGNING_KEY,
-            "RUNBOX_WORKER_CONCURRENCY": "2",
+            # Sessions hold a slot each: room for a session and its fork beside jobs.
+            "RUNBOX_WORKER_CONCURRENCY": "3",
             "RUST_LOG": "warn",
         }
         self.procs.append(

@@ -7,11 +7,15 @@
 // - 429 and 503 are retried after `Retry-After` (at most `maxRetries`
 //   times), then thrown as `QuotaExceeded` or `Unavailable`;
 // - every other 4xx is thrown at once as a `RunboxError` subclass carrying
-//   the server's error code; `TransportError` means runbox was not reached.
+//   the server's error code; `TransportError` means runbox was not reached;
+// - sessions bend the retry rule where a retry could run something twice
+//   (see `createSession` and `execInSession`).
 
 /** The longest long-poll runbox holds a request for, in seconds. */
 export const MAX_WAIT_S = 60;
 const MAX_RETRY_DELAY_MS = 30_000;
+/** How long a session answered as still `starting` (202) is polled for. */
+const START_POLL_MS = 120_000;
 const FINAL = new Set(["completed", "timeout", "memory_exceeded", "rejected", "cancelled", "worker_lost", "internal_error"]);
 
 export type Language = "python" | "javascript" | "typescript" | "py" | "js" | "ts";
@@ -67,6 +71,60 @@ export interface Job {
   timings?: Record<string, number | null>;
 }
 
+/** A saved state of a session; `createSession({ from_checkpoint })` starts
+ * a new session from it until `expires_at`. */
+export interface Checkpoint {
+  id: string;
+  created_at: string;
+  size_bytes: number;
+  took_ms: number;
+  expires_at: string;
+}
+
+export type SessionLanguage = "python" | "javascript" | "py" | "js";
+
+/** A session as runbox shows it. */
+export interface SessionInfo {
+  id: string;
+  language: "python" | "javascript";
+  /** `starting`, `idle`, `busy`, `restoring`, or ended: `closed`, `expired`, `lost`. */
+  status: string;
+  worker?: string | null;
+  created_at: string;
+  last_used_at: string;
+  idle_timeout_s: number;
+  expires_at: string;
+  execs: number;
+  checkpoints: Checkpoint[];
+  ended_reason?: string;
+  restored_from?: string;
+}
+
+/** One exec in a session: the job (a non-zero exit is data) and the
+ * session after it. `restored_from` is set when the session was brought
+ * back from that checkpoint during the call: what ran after it is gone. */
+export interface SessionExec extends Job {
+  session: { id: string; status: string; restored_from?: string };
+}
+
+export interface SessionOptions {
+  idle_timeout_s?: number;
+  /** Start from this checkpoint (its language is the session's). */
+  from_checkpoint?: string;
+}
+
+export interface ExecOptions {
+  stdin?: string;
+  timeout_ms?: number;
+}
+
+const SESSION_ENDED = new Set(["closed", "expired", "lost"]);
+
+/** True once the session has ended and will run nothing again. */
+export function isEnded(session: SessionInfo): boolean {
+  return SESSION_ENDED.has(session.status);
+}
+
 /** A batch: counts by status and verdict, and one page of its jobs. */
 export interface Batch {
   id: string;
@@ -98,15 +156,23 @@ export class RunboxError extends Error {
     this.name = new.target.name;
   }
 }
-/** 400, 413 or 415: the request itself is wrong. */
+/** 400, 413, 415 or 422 (`checkpoint_failed`): the request itself is wrong. */
 export class InvalidRequest extends RunboxError {}
 /** 401: no token, or a wrong one. */
 export class Unauthorized extends RunboxError {}
-/** 404: no such job or batch (or another token's). */
+/** 404: no such job, batch, session (`no_session`) or checkpoint
+ * (`no_checkpoint`), or another token's. */
 export class NotFound extends RunboxError {}
-/** 429 after every retry. */
+/** 409 `session_busy`: the session is running another exec, taking a
+ * checkpoint or still starting. Never retried: the other exec may still be
+ * running, and only the caller knows whether to wait or send again. */
+export class SessionBusy extends RunboxError {}
+/** 410: the session has ended: `session_closed`, `session_expired` or
+ * `session_lost`. */
+export class SessionEnded extends RunboxError {}
+/** 429 after every retry: `quota_exceeded` or `too_many_sessions`. */
 export class QuotaExceeded extends RunboxError {}
-/** 503 after every retry: `queue_full` or `unavailable`. */
+/** 503 after every retry: `queue_full`, `unavailable` or `session_unavailable`. */
 export class Unavailable extends RunboxError {}
 /** runbox could not be reached. */
 export class TransportError extends Error {
@@ -124,6 +190,10 @@ function errorFor(status: number, body: unknown): RunboxError {
     ? Unauthorized
     : status === 404
     ? NotFound
+    : status === 409
+    ? SessionBusy
+    : status === 410
+    ? SessionEnded
     : status === 429
     ? QuotaExceeded
     : status === 503
@@ -156,6 +226,30 @@ function env(name: string): string | undefined {
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
+/** Which 429s and 503s a request may send again, by the server's code. */
+type RetryRule = (code: string) => boolean;
+const retryAny: RetryRule = () => true;
+const retryNever: RetryRule = () => false;
+/** A session create (or fork) has no idempotency key, so it is retried only
+ * when runbox says no live session was left behind: `too_many_sessions`
+ * refuses before anything is made, and after `quota_exceeded`, `queue_full`
+ * or `session_unavailable` (its start could not be queued, or no worker
+ * opened it) runbox has ended the session it made as lost. `unavailable`
+ * (Redis failing midway) may leave a half-made session that a worker opens
+ * later, so it is thrown instead. */
+const retryCreate: RetryRule = (code) => code !== "unavailable";
+
+async function errorCode(response: Response): Promise<string> {
+  try {
+    const body = await response.clone().json();
+    return body?.error?.code ?? "unknown";
+  } catch {
+    return "unknown";
+  }
+}
+
+type RequestInit = { body?: unknown; headers?: Record<string, string>; retry?: RetryRule };
+
 export class Client {
   readonly url: string;
   readonly maxRetries: number;
@@ -171,7 +265,8 @@ export class Client {
     this.#fetch = options.fetch ?? globalThis.fetch.bind(globalThis);
   }
 
-  async #send(method: string, path: string, init: { body?: unknown; headers?: Record<string, string> } = {}) {
+  async #send(method: string, path: string, init: RequestInit = {}) {
+    const retry = init.retry ?? retryAny;
     const headers: Record<string, string> = { authorization: `Bearer ${this.#token}`, ...init.headers };
     if (init.body !== undefined) headers["content-type"] = "application/json";
     for (let attempt = 0;; attempt++) {
@@ -185,7 +280,10 @@ export class Client {
       } catch (e) {
         throw new TransportError(`${method} ${path}: ${e}`, e);
       }
-      if ((response.status === 429 || response.status === 503) && attempt < this.maxRetries) {
+      if (
+        (response.status === 429 || response.status === 503) && attempt < this.maxRetries &&
+        (retry === retryAny || retry(await errorCode(response)))
+      ) {
         await response.body?.cancel();
         const asked = Number(response.headers.get("retry-after"));
         const delay = Number.isFinite(asked) && response.headers.has("retry-after")
@@ -198,7 +296,7 @@ export class Client {
     }
   }
 
-  async #request<T>(method: string, path: string, init: { body?: unknown; headers?: Record<string, string> } = {}) {
+  async #request<T>(method: string, path: string, init: RequestInit = {}) {
     const response = await this.#send(method, path, init);
     const text = await response.text();
     let body: unknown;
@@ -293,6 +391,89 @@ export class Client {
     }
     if (pending.trim()) yield JSON.parse(pending) as Job;
   }
+
+  // Sessions: state that lasts across execs (see the project README).
+
+  /** Opens a session; resolves once a worker holds it. Retried on 429/503
+   * only when runbox says it left no session behind (see `retryCreate`). */
+  async createSession(language?: SessionLanguage, options: SessionOptions = {}): Promise<Session> {
+    const body = { ...(language === undefined ? {} : { language }), ...options };
+    const info = await this.#request<SessionInfo>("POST", "/v1/sessions", { body, retry: retryCreate });
+    return new Session(this, await this.#started(info));
+  }
+
+  /** Runs `fn` with a new session, and destroys the session after it. */
+  async withSession<T>(
+    language: SessionLanguage | undefined,
+    fn: (session: Session) => Promise<T>,
+    options: SessionOptions = {},
+  ): Promise<T> {
+    const session = await this.createSession(language, options);
+    try {
+      return await fn(session);
+    } finally {
+      await session.close();
+    }
+  }
+
+  /** A handle on an existing session (rejects with `NotFound` if none). */
+  async session(id: string): Promise<Session> {
+    return new Session(this, await this.getSession(id));
+  }
+
+  getSession(id: string): Promise<SessionInfo> {
+    return this.#request<SessionInfo>("GET", `/v1/sessions/${encodeURIComponent(id)}`);
+  }
+
+  /** This token's sessions, live and recently ended. */
+  async listSessions(): Promise<SessionInfo[]> {
+    return (await this.#request<{ sessions: SessionInfo[] }>("GET", "/v1/sessions")).sessions;
+  }
+
+  /** Runs `code` in the session; a non-zero exit is data. Never retried: an
+   * exec is not idempotent, and a 503 may come after the worker ran it;
+   * 409 `session_busy` is thrown as `SessionBusy` for the same reason. */
+  async execInSession(id: string, code: string, options: ExecOptions = {}): Promise<SessionExec> {
+    const path = `/v1/sessions/${encodeURIComponent(id)}/exec`;
+    const body = await this.#request<SessionExec | { id: string; status: string }>("POST", path, {
+      body: { code, ...options },
+      retry: retryNever,
+    });
+    if ("session" in body) return body;
+    // 202: it outlasted runbox's wait; the job has the result later.
+    const job = await this.wait(body.id);
+    const session = await this.getSession(id);
+    return { ...job, session: { id, status: session.status } };
+  }
+
+  /** Saves the session's state. A retry after a lost answer at worst
+   * leaves one more checkpoint, which expires on its own. */
+  checkpointSession(id: string): Promise<Checkpoint> {
+    return this.#request<Checkpoint>("POST", `/v1/sessions/${encodeURIComponent(id)}/checkpoints`);
+  }
+
+  /** A new session from a checkpoint of this one; retried as a create is. */
+  async forkSession(id: string): Promise<Session> {
+    const path = `/v1/sessions/${encodeURIComponent(id)}/fork`;
+    const info = await this.#request<SessionInfo>("POST", path, { retry: retryCreate });
+    return new Session(this, await this.#started(info));
+  }
+
+  /** Ends the session and its process; resolves to it, `closed`. */
+  destroySession(id: string): Promise<SessionInfo> {
+    return this.#request<SessionInfo>("DELETE", `/v1/sessions/${encodeURIComponent(id)}`);
+  }
+
+  /** `info` once a worker has opened it: runbox answers 202 with the
+   * session still `starting` when that takes long. */
+  async #started(info: SessionInfo): Promise<SessionInfo> {
+    const deadline = Date.now() + START_POLL_MS;
+    while (info.status === "starting" && Date.now() < deadline) {
+      await sleep(500);
+      info = await this.getSession(info.id);
+    }
+    return info;
+  }
 }
 
 /** A submitted batch: its id, its jobs' ids, and ways to read it. */
@@ -313,5 +494,56 @@ export class BatchHandle {
 
   cancel(): Promise<Batch> {
     return this.client.cancelBatch(this.id);
+  }
+}
+
+/** A live session: `exec` runs code in it, keeping what earlier execs
+ * defined. `close()` (or `Client.withSession`) destroys it. */
+export class Session {
+  constructor(readonly client: Client, public info: SessionInfo) {}
+
+  get id(): string {
+    return this.info.id;
+  }
+
+  get language(): string {
+    return this.info.language;
+  }
+
+  /** As of the last call that returned the session (see `refresh`). */
+  get status(): string {
+    return this.info.status;
+  }
+
+  async exec(code: string, options: ExecOptions = {}): Promise<SessionExec> {
+    const result = await this.client.execInSession(this.id, code, options);
+    this.info = { ...this.info, status: result.session.status };
+    return result;
+  }
+
+  checkpoint(): Promise<Checkpoint> {
+    return this.client.checkpointSession(this.id);
+  }
+
+  fork(): Promise<Session> {
+    return this.client.forkSession(this.id);
+  }
+
+  async refresh(): Promise<SessionInfo> {
+    return (this.info = await this.client.getSession(this.id));
+  }
+
+  async destroy(): Promise<SessionInfo> {
+    return (this.info = await this.client.destroySession(this.id));
+  }
+
+  /** Destroys the session unless it has already ended. */
+  async close(): Promise<void> {
+    if (isEnded(this.info)) return;
+    try {
+      await this.destroy();
+    } catch (e) {
+      if (!(e instanceof SessionEnded)) throw e; // it ended meanwhile: nothing to do
+    }
   }
 }
