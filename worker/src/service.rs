@@ -74,6 +74,7 @@ pub async fn run(
     queue.check_server().await?;
     let claims = Queue::connect_blocking(&config.shared.redis, &config.shared.queue, CLAIM_BLOCK)?;
     let inbox = Queue::connect_blocking(&config.shared.redis, &config.shared.queue, sessions::INBOX_BLOCK)?;
+    let sessions = Sessions::new(sandbox.clone(), config.pool.max > 0);
     let runner = Runner::pooled(Arc::new(sandbox), config.pool);
     // `stop` ends intake and sessions at shutdown; `done` ends the heartbeat
     // and the cancel listener once running jobs are drained, so a DELETE
@@ -85,7 +86,7 @@ pub async fn run(
         queue,
         metrics,
         running: Arc::default(),
-        sessions: Sessions::default(),
+        sessions,
         stopping: stop.clone(),
         kill: CancellationToken::new(),
     });

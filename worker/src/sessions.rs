@@ -27,17 +27,22 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, info, info_span, warn};
 
-use crate::sandbox::{Restore, SessionChild};
+use crate::Sandbox;
+use crate::sandbox::{BootedSession, Restore, SessionChild, SessionError};
 use crate::service::{Ran, RunningJob, Worker};
 
 /// How long one wait on the inbox blocks in Redis.
 pub(crate) const INBOX_BLOCK: Duration = Duration::from_secs(1);
 
 /// The sessions this worker holds: where to send each one's tasks, and how
-/// to end it.
-#[derive(Default)]
+/// to end it; and for each language it has opened a session in, one spare
+/// child booted ahead, so the next session waits only for opening.
 pub(crate) struct Sessions {
     live: Mutex<HashMap<String, Live>>,
+    spares: Arc<Mutex<HashMap<Language, BootedSession>>>,
+    /// Whether to boot spares at all: not when the warm pool is off.
+    keep_spares: bool,
+    sandbox: Arc<Sandbox>,
 }
 
 struct Live {
@@ -46,8 +51,37 @@ struct Live {
 }
 
 impl Sessions {
+    pub(crate) fn new(sandbox: Sandbox, keep_spares: bool) -> Sessions {
+        Sessions { live: Mutex::default(), spares: Arc::default(), keep_spares, sandbox: Arc::new(sandbox) }
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Live>> {
         self.live.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A child for a new session of `language`, opened from `restore`: the
+    /// spare if one is ready, else one booted now. Either way a new spare is
+    /// booted behind it, unless spares are off.
+    pub(crate) async fn child(&self, language: Language, restore: Restore) -> Result<SessionChild, SessionError> {
+        let spare = self.spares.lock().unwrap_or_else(|p| p.into_inner()).remove(&language);
+        let booted = match spare.and_then(|mut spare| spare.is_alive().then_some(spare)) {
+            Some(spare) => spare,
+            None => BootedSession::boot(&self.sandbox, language).await?,
+        };
+        if !self.keep_spares {
+            return booted.open(restore).await;
+        }
+        let (spares, sandbox) = (self.spares.clone(), self.sandbox.clone());
+        tokio::spawn(async move {
+            match BootedSession::boot(&sandbox, language).await {
+                Ok(spare) => {
+                    // Dropped, and so killed, when one is there already.
+                    spares.lock().unwrap_or_else(|p| p.into_inner()).entry(language).or_insert(spare);
+                }
+                Err(e) => warn!(error = %e, %language, "could not boot a spare session child"),
+            }
+        });
+        booted.open(restore).await
     }
 
     /// How many sessions this worker holds.
@@ -84,7 +118,7 @@ impl Worker {
                 Err(message) => return (failed(message), None),
             },
         };
-        let child = match SessionChild::open(self.runner.sandbox(), spec.language, restore).await {
+        let child = match self.sessions.child(spec.language, restore).await {
             Ok(child) => child,
             Err(e) => {
                 warn!(session = %task.id, error = %e, "could not open a session");
@@ -279,7 +313,7 @@ impl Worker {
             return Err("it has no checkpoint".into());
         };
         let restore = self.load_restore(&checkpoint, s.language).await?;
-        let child = SessionChild::open(self.runner.sandbox(), s.language, restore).await.map_err(|e| e.to_string())?;
+        let child = self.sessions.child(s.language, restore).await.map_err(|e| e.to_string())?;
         s.child = child;
         info!(%checkpoint, "session restored after its process ended");
         Ok(checkpoint)

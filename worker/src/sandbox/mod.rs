@@ -40,7 +40,7 @@ pub use command::MAX_FILE_BYTES;
 pub use isolation::{Isolation, NetworkIsolation};
 pub use pool::{PoolConfig, RunReport, Runner};
 pub use runtime::{DEFAULT_RUNTIME_DIR, Runtime, SNAPSHOT_FILE};
-pub use session::{Restore, SessionChild, SessionError};
+pub use session::{BootedSession, Restore, SessionChild, SessionError};
 pub use shared::SharedLane;
 
 /// Errors that keep a run from starting. Once a child runs, every ending is

@@ -73,13 +73,30 @@ struct OpenFrame<'a> {
     replay: &'a [String],
 }
 
-impl SessionChild {
-    /// Boots a session child for `language` and opens it from `restore`.
-    pub async fn open(sandbox: &Sandbox, language: Language, restore: Restore) -> Result<SessionChild, SessionError> {
+/// A session child booted as far as it goes before its session exists
+/// (Pyodide's files read and its module compiled): what a worker keeps
+/// spare, so that a new session waits only for opening.
+pub struct BootedSession {
+    inner: Option<SharedChild>,
+}
+
+impl BootedSession {
+    pub async fn boot(sandbox: &Sandbox, language: Language) -> Result<BootedSession, SessionError> {
         if language == Language::Typescript {
             return Err(SessionError::Failed("sessions run python or javascript".into()));
         }
-        let mut inner = SharedChild::boot(sandbox, "session", Kind::of(language), ChildMode::Session).await?;
+        let inner = SharedChild::boot(sandbox, "session", Kind::of(language), ChildMode::Session).await?;
+        Ok(BootedSession { inner: Some(inner) })
+    }
+
+    /// Whether the process is still there, waiting.
+    pub fn is_alive(&mut self) -> bool {
+        self.inner.as_mut().is_some_and(|inner| matches!(inner.child.try_wait(), Ok(None)))
+    }
+
+    /// Opens the session from `restore`.
+    pub async fn open(mut self, restore: Restore) -> Result<SessionChild, SessionError> {
+        let Some(mut inner) = self.inner.take() else { return Err(died()) };
         let nonce = uuid::Uuid::new_v4().simple().to_string();
         let (memory, replay): (&[u8], Vec<String>) = match &restore {
             Restore::Fresh => (&[], Vec::new()),
@@ -116,6 +133,21 @@ impl SessionChild {
                 Err(SessionError::Failed(format!("opening the session took longer than {OPEN_TIMEOUT:?}")))
             }
         }
+    }
+}
+
+impl Drop for BootedSession {
+    fn drop(&mut self) {
+        if let Some(inner) = &self.inner {
+            kill_group(&inner.child);
+        }
+    }
+}
+
+impl SessionChild {
+    /// Boots a session child for `language` and opens it from `restore`.
+    pub async fn open(sandbox: &Sandbox, language: Language, restore: Restore) -> Result<SessionChild, SessionError> {
+        BootedSession::boot(sandbox, language).await?.open(restore).await
     }
 
     /// Runs one exec. Returns its outcome and whether the session lives on:
