@@ -220,7 +220,7 @@ export function dropPersistentStorage() {
  * Scripts run by `node:vm` see Node's own `process`, which a session
  * passes as `processObject`.
  */
-export function hideHostDetails(mainModule, args, withProcess, processObject = globalThis.process) {
+export function hideHostDetails(mainModule, args, withProcess, processObject) {
   const define = (object, name, value) => {
     try {
       Object.defineProperty(object, name, { value, configurable: true, writable: true });
@@ -231,7 +231,8 @@ export function hideHostDetails(mainModule, args, withProcess, processObject = g
   define(Deno, "mainModule", mainModule);
   define(Deno, "execPath", () => "deno");
   define(Deno, "args", Object.freeze([...args]));
-  const process = withProcess ? processObject : undefined;
+  // Read only when wanted: loading Node's `process` costs a JS child time.
+  const process = withProcess ? (processObject ?? globalThis.process) : undefined;
   if (process) {
     // Already loaded in the Python child, with the harness's own arguments.
     define(process, "argv", ["deno", new URL(mainModule).pathname, ...args]);

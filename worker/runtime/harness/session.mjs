@@ -17,7 +17,6 @@
 // busy running Python then. Code that does not return to the interpreter
 // (time.sleep, a long C call) is not interrupted; the runner kills the
 // child a little after the deadline instead.
-import vm from "node:vm";
 import {
   base64,
   hideHostDetails,
@@ -195,7 +194,9 @@ function fromBase64(text) {
  * Nothing stops a running exec but killing the child.
  */
 export async function serveJsSession() {
-  const runInThisContext = vm.runInThisContext;
+  // Loaded here, not at the top: loading `node:vm` sets up Node's `process`
+  // again, undoing what a job's harness hid on it.
+  const { runInThisContext } = await import("node:vm");
   // Scripts see Node's `process`, not the global the harness hid paths on.
   hideHostDetails("file:///main.js", [], true, runInThisContext("globalThis.process ?? process"));
   const split = String.prototype.split;
