@@ -45,7 +45,7 @@ pub(crate) const MAX_PAGE: usize = 1000;
 
 /// The largest `offset` of a page: far past any batch, and within the
 /// 64-bit signed integers OpenAPI clients use.
-const MAX_OFFSET: usize = u32::MAX as usize;
+pub(crate) const MAX_OFFSET: usize = u32::MAX as usize;
 
 /// What every batch route returns: counts, and one page of its jobs.
 #[derive(Serialize, utoipa::ToSchema)]

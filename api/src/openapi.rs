@@ -477,6 +477,9 @@ mod tests {
         let limit = &doc["paths"]["/v1/batches/{id}"]["get"]["parameters"];
         let limit = limit.as_array().expect("parameters").iter().find(|p| p["name"] == "limit").expect("limit");
         assert_eq!(limit["schema"]["maximum"], crate::batches::MAX_PAGE);
+        let offset = &doc["paths"]["/v1/batches/{id}"]["get"]["parameters"];
+        let offset = offset.as_array().expect("parameters").iter().find(|p| p["name"] == "offset").expect("offset");
+        assert_eq!(offset["schema"]["maximum"], crate::batches::MAX_OFFSET);
     }
 
     #[test]
