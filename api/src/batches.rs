@@ -30,24 +30,28 @@ use crate::jobs::{CANCEL_CONFIRM, JobView, RECHECK_EVERY, idempotency_key, json_
 use crate::{callbacks, validate};
 
 /// Fields a batch may have.
-const FIELDS: &[&str] = &["jobs", "program", "cases", "stop_on_first_failure", "shared_runtime", "callback_url"];
+pub(crate) const FIELDS: &[&str] =
+    &["jobs", "program", "cases", "stop_on_first_failure", "shared_runtime", "callback_url"];
 
 /// A job as the JSON object a client sent.
 type JobObject = Map<String, Value>;
 
 /// Fields a test case may set on top of the program.
-const CASE_FIELDS: &[&str] = &["stdin", "args", "expected_stdout"];
+pub(crate) const CASE_FIELDS: &[&str] = &["stdin", "args", "expected_stdout"];
 
 /// Jobs per page of `GET /v1/batches/{id}`, by default and at most.
 const DEFAULT_PAGE: usize = 100;
-const MAX_PAGE: usize = 1000;
+pub(crate) const MAX_PAGE: usize = 1000;
+
+/// The largest `offset` of a page: far past any batch, and within the
+/// 64-bit signed integers OpenAPI clients use.
+pub(crate) const MAX_OFFSET: usize = u32::MAX as usize;
 
 /// What every batch route returns: counts, and one page of its jobs.
-#[derive(Serialize)]
+#[derive(Serialize, utoipa::ToSchema)]
 pub struct BatchView {
     id: String,
-    /// `running` until every job has a final status, then `finished`.
-    status: &'static str,
+    status: BatchStatus,
     size: usize,
     /// Jobs with a final status.
     done: u64,
@@ -64,6 +68,52 @@ pub struct BatchView {
     jobs: Vec<JobView>,
 }
 
+/// Where a batch is: `running` until every job has a final status.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum BatchStatus {
+    Running,
+    Finished,
+}
+
+/// A batch's id, as `POST /v1/batches` returned it.
+#[derive(utoipa::IntoParams)]
+#[into_params(parameter_in = Path)]
+#[allow(dead_code)]
+pub(crate) struct BatchId {
+    id: String,
+}
+
+/// One page of a batch's jobs.
+#[derive(utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+#[allow(dead_code)]
+pub(crate) struct Page {
+    /// The first job of the page, from 0.
+    #[param(minimum = 0, maximum = 4294967295_u64)]
+    offset: Option<u64>,
+    /// Jobs per page: 1 to 1000, 100 by default.
+    #[param(minimum = 1, maximum = 1000)]
+    limit: Option<u64>,
+}
+
+/// Validates every job, then queues all of them or none.
+#[utoipa::path(
+    post,
+    path = "/v1/batches",
+    tag = "batches",
+    params(crate::jobs::IdempotencyKey),
+    request_body(content = crate::openapi::BatchRequest, content_type = "application/json"),
+    responses(
+        (status = 202, description = "Queued: the batch id and its job ids, in order.", body = crate::openapi::BatchAccepted),
+        (status = 400, description = "`invalid_json`, `invalid_field`, `unknown_field`, or `invalid_batch` with each bad job in `error.jobs`.", body = crate::openapi::ErrorBody),
+        (status = 401, description = "`unauthorized`.", body = crate::openapi::ErrorBody),
+        (status = 413, description = "`payload_too_large`.", body = crate::openapi::ErrorBody),
+        (status = 415, description = "`unsupported_media_type`.", body = crate::openapi::ErrorBody),
+        (status = 429, description = "`quota_exceeded`.", body = crate::openapi::ErrorBody),
+        (status = 503, description = "`queue_full` or `unavailable`.", body = crate::openapi::ErrorBody),
+    ),
+)]
 pub async fn submit(
     State(state): State<AppState>,
     caller: Caller,
@@ -163,6 +213,21 @@ pub async fn submit(
     Ok((StatusCode::ACCEPTED, Json(json!({ "id": batch_id, "job_ids": job_ids }))).into_response())
 }
 
+/// Reads a batch: counts, and one page of its jobs; with `wait`, waits
+/// for every job to finish first.
+#[utoipa::path(
+    get,
+    path = "/v1/batches/{id}",
+    tag = "batches",
+    params(BatchId, crate::jobs::WaitParam, Page),
+    responses(
+        (status = 200, description = "The batch.", body = BatchView),
+        (status = 400, description = "`invalid_wait` or `invalid_field` (offset, limit).", body = crate::openapi::ErrorBody),
+        (status = 401, description = "`unauthorized`.", body = crate::openapi::ErrorBody),
+        (status = 404, description = "`not_found`.", body = crate::openapi::ErrorBody),
+        (status = 503, description = "`unavailable`.", body = crate::openapi::ErrorBody),
+    ),
+)]
 pub async fn get(
     State(state): State<AppState>,
     caller: Caller,
@@ -170,12 +235,25 @@ pub async fn get(
     Query(query): Query<HashMap<String, String>>,
 ) -> Result<Json<BatchView>, ApiError> {
     let wait = validate::wait_seconds(query.get("wait").map(String::as_str))?;
-    let offset = page_param(&query, "offset", 0, usize::MAX)?;
+    let offset = page_param(&query, "offset", 0, MAX_OFFSET)?;
     let limit = page_param(&query, "limit", DEFAULT_PAGE, MAX_PAGE)?;
     let batch = wait_for_batch(&state, &id, &caller, Duration::from_secs(wait)).await?;
     Ok(Json(view(&state, batch, offset, limit).await?))
 }
 
+/// Cancels every job of the batch not yet final.
+#[utoipa::path(
+    delete,
+    path = "/v1/batches/{id}",
+    tag = "batches",
+    params(BatchId),
+    responses(
+        (status = 200, description = "The batch after the cancel (first page).", body = BatchView),
+        (status = 401, description = "`unauthorized`.", body = crate::openapi::ErrorBody),
+        (status = 404, description = "`not_found`.", body = crate::openapi::ErrorBody),
+        (status = 503, description = "`unavailable`.", body = crate::openapi::ErrorBody),
+    ),
+)]
 pub async fn cancel(
     State(state): State<AppState>,
     caller: Caller,
@@ -200,6 +278,18 @@ pub async fn cancel(
 
 /// Streams each job of the batch as one NDJSON line once it is final, in
 /// the order they finish, and ends when every job has been sent.
+#[utoipa::path(
+    get,
+    path = "/v1/batches/{id}/results",
+    tag = "batches",
+    params(BatchId),
+    responses(
+        (status = 200, description = "One job object per line as each finishes; a job that expired is `{\"id\", \"status\": null, \"expired\": true}`.", content_type = "application/x-ndjson", body = String),
+        (status = 401, description = "`unauthorized`.", body = crate::openapi::ErrorBody),
+        (status = 404, description = "`not_found`.", body = crate::openapi::ErrorBody),
+        (status = 503, description = "`unavailable`.", body = crate::openapi::ErrorBody),
+    ),
+)]
 pub async fn results(
     State(state): State<AppState>,
     caller: Caller,
@@ -263,7 +353,9 @@ fn batch_items(fields: &JobObject) -> Result<Vec<Result<JobObject, ApiError>>, A
         Value::Object(object) => Ok(object.clone()),
         _ => Err(ApiError::InvalidJson(format!("{what} must be a JSON object"))),
     };
-    match (fields.get("jobs"), fields.get("program"), fields.get("cases")) {
+    // A null field is an absent one, as in a job.
+    let present = |name: &str| fields.get(name).filter(|v| !v.is_null());
+    match (present("jobs"), present("program"), present("cases")) {
         (Some(Value::Array(jobs)), None, None) => Ok(jobs.iter().map(|job| as_object(job, "a job")).collect()),
         (None, Some(program), Some(Value::Array(cases))) => {
             let program = as_object(program, "program")?;
@@ -325,7 +417,7 @@ async fn view(state: &AppState, batch: BatchRecord, offset: usize, limit: usize)
     let jobs = records.into_iter().flatten().map(JobView::from).collect();
     let end = offset.saturating_add(limit);
     Ok(BatchView {
-        status: if batch.done >= size as u64 { "finished" } else { "running" },
+        status: if batch.done >= size as u64 { BatchStatus::Finished } else { BatchStatus::Running },
         size,
         done: batch.done,
         stop_on_first_failure: batch.stop_on_failure,

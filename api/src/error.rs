@@ -61,10 +61,11 @@ pub enum ApiError {
 }
 
 /// What is wrong with one job of a batch.
-#[derive(Debug, serde::Serialize)]
+#[derive(Debug, serde::Serialize, utoipa::ToSchema)]
 pub struct BatchItemError {
     /// The job's position in `jobs`, from 0.
     pub index: usize,
+    #[schema(value_type = String)]
     pub code: &'static str,
     pub message: String,
 }

@@ -29,7 +29,7 @@ pub(crate) const CANCEL_CONFIRM: Duration = Duration::from_secs(2);
 pub(crate) const RECHECK_EVERY: Duration = Duration::from_secs(5);
 
 /// The job object every route returns.
-#[derive(Serialize)]
+#[derive(Serialize, utoipa::ToSchema)]
 pub struct JobView {
     id: String,
     status: Status,
@@ -78,6 +78,36 @@ impl From<JobRecord> for JobView {
     }
 }
 
+/// The `wait` query parameter of every route that can long-poll.
+#[derive(utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+#[allow(dead_code)]
+pub(crate) struct WaitParam {
+    /// Seconds to wait for the job (or batch) to finish before answering;
+    /// 0 (the default) answers at once.
+    #[param(minimum = 0, maximum = 60)]
+    wait: Option<u64>,
+}
+
+/// The `Idempotency-Key` header: a retry with the same key answers with
+/// the first job (or batch) instead of queuing another.
+#[derive(utoipa::IntoParams)]
+#[into_params(parameter_in = Header)]
+#[allow(dead_code)]
+pub(crate) struct IdempotencyKey {
+    /// 1 to 255 printable ASCII characters without spaces.
+    #[param(rename = "Idempotency-Key", min_length = 1, max_length = 255, pattern = "^[!-~]+$")]
+    idempotency_key: Option<String>,
+}
+
+/// A job's id, as `POST /v1/jobs` returned it.
+#[derive(utoipa::IntoParams)]
+#[into_params(parameter_in = Path)]
+#[allow(dead_code)]
+pub(crate) struct JobId {
+    id: String,
+}
+
 /// Longest `Idempotency-Key` accepted.
 const MAX_IDEMPOTENCY_KEY: usize = 255;
 
@@ -114,6 +144,25 @@ pub(crate) fn json_body(
     })
 }
 
+/// Validates, signs and queues a job; with `wait`, answers with the
+/// finished job if it ends in time.
+#[utoipa::path(
+    post,
+    path = "/v1/jobs",
+    tag = "jobs",
+    params(WaitParam, IdempotencyKey),
+    request_body(content = crate::openapi::JobRequest, content_type = "application/json"),
+    responses(
+        (status = 200, description = "The job finished within `wait` (or an earlier request with the same Idempotency-Key queued it and it has finished).", body = JobView),
+        (status = 202, description = "Queued (or still running after `wait`).", body = crate::openapi::Accepted),
+        (status = 400, description = "`invalid_json`, `invalid_field`, `unknown_field` or `invalid_wait`.", body = crate::openapi::ErrorBody),
+        (status = 401, description = "`unauthorized`.", body = crate::openapi::ErrorBody),
+        (status = 413, description = "`payload_too_large`, `code_too_large`, `stdin_too_large`, `expected_stdout_too_large` or `files_too_large`.", body = crate::openapi::ErrorBody),
+        (status = 415, description = "`unsupported_media_type`: send application/json.", body = crate::openapi::ErrorBody),
+        (status = 429, description = "`quota_exceeded`; see Retry-After.", body = crate::openapi::ErrorBody),
+        (status = 503, description = "`queue_full` or `unavailable`; see Retry-After.", body = crate::openapi::ErrorBody),
+    ),
+)]
 pub async fn submit(
     State(state): State<AppState>,
     caller: Caller,
@@ -200,6 +249,20 @@ pub(crate) async fn enqueue(
     }
 }
 
+/// Reads a job; with `wait`, waits for it to finish first.
+#[utoipa::path(
+    get,
+    path = "/v1/jobs/{id}",
+    tag = "jobs",
+    params(JobId, WaitParam),
+    responses(
+        (status = 200, description = "The job, finished or not.", body = JobView),
+        (status = 400, description = "`invalid_wait`.", body = crate::openapi::ErrorBody),
+        (status = 401, description = "`unauthorized`.", body = crate::openapi::ErrorBody),
+        (status = 404, description = "`not_found`: no such job, expired, or another token's.", body = crate::openapi::ErrorBody),
+        (status = 503, description = "`unavailable`.", body = crate::openapi::ErrorBody),
+    ),
+)]
 pub async fn get(
     State(state): State<AppState>,
     caller: Caller,
@@ -211,6 +274,20 @@ pub async fn get(
     Ok(Json(owned(record, &caller)?.into()))
 }
 
+/// Cancels a queued or running job and answers with it, final if the
+/// worker confirmed in time.
+#[utoipa::path(
+    delete,
+    path = "/v1/jobs/{id}",
+    tag = "jobs",
+    params(JobId),
+    responses(
+        (status = 200, description = "The job after the cancel; a job already final is unchanged.", body = JobView),
+        (status = 401, description = "`unauthorized`.", body = crate::openapi::ErrorBody),
+        (status = 404, description = "`not_found`.", body = crate::openapi::ErrorBody),
+        (status = 503, description = "`unavailable`.", body = crate::openapi::ErrorBody),
+    ),
+)]
 pub async fn cancel(
     State(state): State<AppState>,
     caller: Caller,

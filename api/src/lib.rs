@@ -17,6 +17,7 @@
 //! - `quotas`: what each token may have queued and submit per second.
 //! - `waiters`: long-poll fan-out over one pub/sub subscription.
 //! - `error`: the one mapping from errors to HTTP responses.
+//! - `openapi`: `/openapi.json`, the native API described from these types.
 //! - `metrics`: every metric the api exports.
 //! - `config`: settings, read from the environment once.
 
@@ -29,6 +30,7 @@ mod error;
 mod jobs;
 mod mcp;
 mod metrics;
+mod openapi;
 mod quotas;
 mod sessions;
 mod validate;
@@ -43,7 +45,6 @@ use axum::response::IntoResponse;
 use axum::routing::get;
 use axum::{Json, Router, middleware};
 use runbox_common::{Language, Queue, QueueError, WorkerInfo, now_unix_ms};
-use serde_json::{Value, json};
 
 pub use config::{ApiConfig, ApiLimits, McpHosts};
 pub use error::ApiError;
@@ -113,8 +114,9 @@ pub fn app(state: AppState) -> Router {
         .merge(v1)
         .merge(mcp)
         .merge(compat::router(&state))
-        .route("/healthz", get(|| async { Json(json!({ "status": "ok" })) }))
+        .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
+        .route("/openapi.json", get(openapi::serve))
         .fallback(|method: Method, uri: Uri| async move {
             ApiError::NoRoute(format!("{method} {}", compat::piston::redacted_path(uri.path())))
         })
@@ -161,36 +163,81 @@ pub async fn run(
     }
 }
 
+/// Liveness: the process answers.
+#[utoipa::path(
+    get,
+    path = "/healthz",
+    tag = "service",
+    security(()),
+    responses((status = 200, description = "`{\"status\": \"ok\"}`.", body = openapi::Health)),
+)]
+async fn healthz() -> Json<openapi::Health> {
+    Json(openapi::Health { status: "ok".into() })
+}
+
+/// Readiness: Redis answers.
+#[utoipa::path(
+    get,
+    path = "/readyz",
+    tag = "service",
+    security(()),
+    responses(
+        (status = 200, description = "`{\"status\": \"ready\"}`.", body = openapi::Health),
+        (status = 503, description = "`{\"status\": \"redis unreachable\"}`.", body = openapi::Health),
+    ),
+)]
 async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
     match state.queue.ping().await {
-        Ok(()) => (StatusCode::OK, Json(json!({ "status": "ready" }))),
+        Ok(()) => (StatusCode::OK, Json(openapi::Health { status: "ready".into() })),
         Err(e) => {
             tracing::warn!(error = %e, "not ready: redis unreachable");
-            (StatusCode::SERVICE_UNAVAILABLE, Json(json!({ "status": "redis unreachable" })))
+            (StatusCode::SERVICE_UNAVAILABLE, Json(openapi::Health { status: "redis unreachable".into() }))
         }
     }
 }
 
-async fn runtimes(State(state): State<AppState>) -> Result<Json<Value>, ApiError> {
+/// The languages, the limits, and the live workers.
+#[utoipa::path(
+    get,
+    path = "/v1/runtimes",
+    tag = "service",
+    responses(
+        (status = 200, description = "What can run, within which limits.", body = openapi::Runtimes),
+        (status = 401, description = "`unauthorized`.", body = openapi::ErrorBody),
+        (status = 503, description = "`unavailable`.", body = openapi::ErrorBody),
+    ),
+)]
+async fn runtimes(State(state): State<AppState>) -> Result<Json<openapi::Runtimes>, ApiError> {
     let workers = live_workers(&state).await?;
     let limits = &state.config.limits;
-    Ok(Json(json!({
-        "languages": Language::ALL.map(Language::as_str),
-        "limits": {
-            "default_timeout_ms": limits.timeouts.default_ms(),
-            "max_timeout_ms": limits.timeouts.max_ms(),
-            "max_code_bytes": limits.max_code_bytes,
-            "max_stdin_bytes": limits.max_stdin_bytes,
-            "max_files_bytes": limits.max_files_bytes,
-            "max_queue": limits.max_queue,
-            "max_batch": limits.max_batch,
-            "max_batch_bytes": limits.max_batch_bytes,
-            "max_wait_s": config::MAX_WAIT_S,
+    Ok(Json(openapi::Runtimes {
+        languages: Language::ALL.to_vec(),
+        limits: openapi::RuntimeLimits {
+            default_timeout_ms: limits.timeouts.default_ms(),
+            max_timeout_ms: limits.timeouts.max_ms(),
+            max_code_bytes: limits.max_code_bytes,
+            max_stdin_bytes: limits.max_stdin_bytes,
+            max_files_bytes: limits.max_files_bytes,
+            max_queue: limits.max_queue,
+            max_batch: limits.max_batch,
+            max_batch_bytes: limits.max_batch_bytes,
+            max_wait_s: config::MAX_WAIT_S,
         },
-        "workers": workers,
-    })))
+        workers,
+    }))
 }
 
+/// Prometheus metrics, in the text exposition format.
+#[utoipa::path(
+    get,
+    path = "/metrics",
+    tag = "service",
+    responses(
+        (status = 200, description = "Prometheus text format.", content_type = "text/plain", body = String),
+        (status = 401, description = "`unauthorized`.", body = openapi::ErrorBody),
+        (status = 503, description = "`unavailable`.", body = openapi::ErrorBody),
+    ),
+)]
 async fn metrics(State(state): State<AppState>) -> Result<String, ApiError> {
     let m = &state.metrics;
     m.queue_depth.set(i64::try_from(state.queue.depth().await?).unwrap_or(i64::MAX));

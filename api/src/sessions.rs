@@ -49,8 +49,14 @@ const LIVENESS_EVERY: Duration = Duration::from_secs(2);
 /// How long taking a checkpoint may take before the api gives up waiting.
 const CHECKPOINT_WAIT: Duration = Duration::from_secs(120);
 
+/// Fields `POST /v1/sessions` accepts.
+pub(crate) const CREATE_FIELDS: &[&str] = &["language", "idle_timeout_s", "from_checkpoint"];
+
+/// Fields an exec accepts; its language is the session's.
+pub(crate) const EXEC_FIELDS: &[&str] = &["code", "stdin", "timeout_ms"];
+
 /// The session object every route returns.
-#[derive(Serialize)]
+#[derive(Serialize, utoipa::ToSchema)]
 pub struct SessionView {
     id: String,
     language: Language,
@@ -90,15 +96,16 @@ impl From<SessionRecord> for SessionView {
 }
 
 /// An exec's answer: the job object, plus what happened to the session.
-#[derive(Serialize)]
+#[derive(Serialize, utoipa::ToSchema)]
 pub struct ExecView {
     #[serde(flatten)]
     job: JobView,
     session: ExecSession,
 }
 
-#[derive(Serialize)]
-struct ExecSession {
+/// The session an exec ran in, as it is after the exec.
+#[derive(Serialize, utoipa::ToSchema)]
+pub struct ExecSession {
     id: String,
     status: SessionStatus,
     /// Set when the session was brought back from this checkpoint during
@@ -107,6 +114,24 @@ struct ExecSession {
     restored_from: Option<String>,
 }
 
+/// Starts a session and waits for a worker to open it.
+#[utoipa::path(
+    post,
+    path = "/v1/sessions",
+    tag = "sessions",
+    request_body(content = crate::openapi::SessionRequest, content_type = "application/json"),
+    responses(
+        (status = 201, description = "Open and idle.", body = SessionView),
+        (status = 202, description = "Still `starting`; poll `GET /v1/sessions/{id}`.", body = SessionView),
+        (status = 400, description = "`invalid_json`, `invalid_field` or `unknown_field`.", body = crate::openapi::ErrorBody),
+        (status = 404, description = "`no_checkpoint`: `from_checkpoint` names no checkpoint of the caller's.", body = crate::openapi::ErrorBody),
+        (status = 413, description = "`payload_too_large`.", body = crate::openapi::ErrorBody),
+        (status = 415, description = "`unsupported_media_type`.", body = crate::openapi::ErrorBody),
+        (status = 429, description = "`too_many_sessions` or `quota_exceeded`.", body = crate::openapi::ErrorBody),
+        (status = 401, description = "`unauthorized`.", body = crate::openapi::ErrorBody),
+        (status = 503, description = "`unavailable`, or `session_unavailable`: no worker could open or reach it.", body = crate::openapi::ErrorBody),
+    ),
+)]
 pub async fn create(
     State(state): State<AppState>,
     caller: Caller,
@@ -118,12 +143,36 @@ pub async fn create(
     Ok(created(create_session(&state, &caller, &fields).await?))
 }
 
+/// Lists the caller's live sessions.
+#[utoipa::path(
+    get,
+    path = "/v1/sessions",
+    tag = "sessions",
+    responses(
+        (status = 200, description = "The caller's live sessions.", body = crate::openapi::SessionList),
+        (status = 401, description = "`unauthorized`.", body = crate::openapi::ErrorBody),
+        (status = 503, description = "`unavailable`.", body = crate::openapi::ErrorBody),
+    ),
+)]
 pub async fn list(State(state): State<AppState>, caller: Caller) -> Result<Json<Value>, ApiError> {
     let sessions = state.queue.owner_sessions(&caller.0).await?;
     let views: Vec<SessionView> = sessions.into_iter().map(SessionView::from).collect();
     Ok(Json(serde_json::json!({ "sessions": views })))
 }
 
+/// Reads a session, ended or not.
+#[utoipa::path(
+    get,
+    path = "/v1/sessions/{id}",
+    tag = "sessions",
+    params(SessionId),
+    responses(
+        (status = 200, description = "The session.", body = SessionView),
+        (status = 401, description = "`unauthorized`.", body = crate::openapi::ErrorBody),
+        (status = 404, description = "`no_session`.", body = crate::openapi::ErrorBody),
+        (status = 503, description = "`unavailable`.", body = crate::openapi::ErrorBody),
+    ),
+)]
 pub async fn get(
     State(state): State<AppState>,
     caller: Caller,
@@ -132,6 +181,21 @@ pub async fn get(
     Ok(Json(owned(&state, &caller, &id).await?.into()))
 }
 
+/// Ends a session and its process.
+#[utoipa::path(
+    delete,
+    path = "/v1/sessions/{id}",
+    tag = "sessions",
+    params(SessionId),
+    responses(
+        (status = 200, description = "The session, now `closed`.", body = SessionView),
+        (status = 409, description = "`session_busy`: it moved to another worker meanwhile.", body = crate::openapi::ErrorBody),
+        (status = 404, description = "`no_session`: no such session, or another token's.", body = crate::openapi::ErrorBody),
+        (status = 410, description = "`session_closed`, `session_expired` or `session_lost`: it has ended.", body = crate::openapi::ErrorBody),
+        (status = 401, description = "`unauthorized`.", body = crate::openapi::ErrorBody),
+        (status = 503, description = "`unavailable`, or `session_unavailable`: no worker could open or reach it.", body = crate::openapi::ErrorBody),
+    ),
+)]
 pub async fn destroy(
     State(state): State<AppState>,
     caller: Caller,
@@ -140,6 +204,28 @@ pub async fn destroy(
     Ok(Json(destroy_session(&state, &caller, &id).await?.into()))
 }
 
+/// Runs code in the session, whose globals and imports last from one exec
+/// to the next.
+#[utoipa::path(
+    post,
+    path = "/v1/sessions/{id}/exec",
+    tag = "sessions",
+    params(SessionId),
+    request_body(content = crate::openapi::ExecRequest, content_type = "application/json"),
+    responses(
+        (status = 200, description = "The exec's job, and the session after it.", body = ExecView),
+        (status = 202, description = "Still running after its timeout plus a margin; poll `GET /v1/jobs/{id}`.", body = crate::openapi::Accepted),
+        (status = 400, description = "`invalid_json`, `invalid_field` or `unknown_field`.", body = crate::openapi::ErrorBody),
+        (status = 409, description = "`session_busy`: another exec or a checkpoint is running, or it is starting.", body = crate::openapi::ErrorBody),
+        (status = 413, description = "`payload_too_large`, `code_too_large` or `stdin_too_large`.", body = crate::openapi::ErrorBody),
+        (status = 415, description = "`unsupported_media_type`.", body = crate::openapi::ErrorBody),
+        (status = 429, description = "`quota_exceeded`.", body = crate::openapi::ErrorBody),
+        (status = 404, description = "`no_session`: no such session, or another token's.", body = crate::openapi::ErrorBody),
+        (status = 410, description = "`session_closed`, `session_expired` or `session_lost`: it has ended.", body = crate::openapi::ErrorBody),
+        (status = 401, description = "`unauthorized`.", body = crate::openapi::ErrorBody),
+        (status = 503, description = "`unavailable`, or `session_unavailable`: no worker could open or reach it.", body = crate::openapi::ErrorBody),
+    ),
+)]
 pub async fn exec(
     State(state): State<AppState>,
     caller: Caller,
@@ -158,6 +244,22 @@ pub async fn exec(
     }
 }
 
+/// Saves the session's state as a checkpoint.
+#[utoipa::path(
+    post,
+    path = "/v1/sessions/{id}/checkpoints",
+    tag = "sessions",
+    params(SessionId),
+    responses(
+        (status = 201, description = "The checkpoint stored.", body = CheckpointInfo),
+        (status = 409, description = "`session_busy`.", body = crate::openapi::ErrorBody),
+        (status = 422, description = "`checkpoint_failed`: the session's state could not be saved.", body = crate::openapi::ErrorBody),
+        (status = 404, description = "`no_session`: no such session, or another token's.", body = crate::openapi::ErrorBody),
+        (status = 410, description = "`session_closed`, `session_expired` or `session_lost`: it has ended.", body = crate::openapi::ErrorBody),
+        (status = 401, description = "`unauthorized`.", body = crate::openapi::ErrorBody),
+        (status = 503, description = "`unavailable`, or `session_unavailable`: no worker could open or reach it.", body = crate::openapi::ErrorBody),
+    ),
+)]
 pub async fn checkpoint(
     State(state): State<AppState>,
     caller: Caller,
@@ -167,8 +269,34 @@ pub async fn checkpoint(
     Ok((StatusCode::CREATED, Json(info)).into_response())
 }
 
+/// Checkpoints the session and starts a new one from the checkpoint.
+#[utoipa::path(
+    post,
+    path = "/v1/sessions/{id}/fork",
+    tag = "sessions",
+    params(SessionId),
+    responses(
+        (status = 201, description = "The new session, open and idle.", body = SessionView),
+        (status = 202, description = "The new session, still `starting`.", body = SessionView),
+        (status = 409, description = "`session_busy`.", body = crate::openapi::ErrorBody),
+        (status = 422, description = "`checkpoint_failed`.", body = crate::openapi::ErrorBody),
+        (status = 429, description = "`too_many_sessions` or `quota_exceeded`.", body = crate::openapi::ErrorBody),
+        (status = 404, description = "`no_session`: no such session, or another token's.", body = crate::openapi::ErrorBody),
+        (status = 410, description = "`session_closed`, `session_expired` or `session_lost`: it has ended.", body = crate::openapi::ErrorBody),
+        (status = 401, description = "`unauthorized`.", body = crate::openapi::ErrorBody),
+        (status = 503, description = "`unavailable`, or `session_unavailable`: no worker could open or reach it.", body = crate::openapi::ErrorBody),
+    ),
+)]
 pub async fn fork(State(state): State<AppState>, caller: Caller, Path(id): Path<String>) -> Result<Response, ApiError> {
     Ok(created(fork_session(&state, &caller, &id).await?))
+}
+
+/// A session's id, as `POST /v1/sessions` returned it.
+#[derive(utoipa::IntoParams)]
+#[into_params(parameter_in = Path)]
+#[allow(dead_code)]
+pub(crate) struct SessionId {
+    id: String,
 }
 
 /// 201 with a session a worker has opened; 202 while it is still starting.
@@ -184,7 +312,7 @@ pub(crate) async fn create_session(
     caller: &Caller,
     fields: &Map<String, Value>,
 ) -> Result<SessionRecord, ApiError> {
-    allow_only(fields, &["language", "idle_timeout_s", "from_checkpoint"])?;
+    allow_only(fields, CREATE_FIELDS)?;
     let checkpoint = match fields.get("from_checkpoint") {
         None | Some(Value::Null) => None,
         Some(Value::String(id)) => Some(id.clone()),
@@ -217,7 +345,7 @@ pub(crate) async fn create_session(
     let limits = state.config.sessions;
     let idle = match fields.get("idle_timeout_s") {
         None | Some(Value::Null) => limits.default_idle,
-        Some(value) => match value.as_u64() {
+        Some(value) => match validate::whole_number(value) {
             Some(s) if (1..=limits.max_idle.as_secs()).contains(&s) => Duration::from_secs(s),
             _ => {
                 return Err(ApiError::InvalidField(format!(
@@ -298,7 +426,7 @@ pub(crate) async fn exec_in(
     id: &str,
     mut fields: Map<String, Value>,
 ) -> Result<Executed, ApiError> {
-    allow_only(&fields, &["code", "stdin", "timeout_ms"])?;
+    allow_only(&fields, EXEC_FIELDS)?;
     let (session, restored) = ready(state, caller, id).await?;
     fields.insert("language".into(), Value::String(session.language.as_str().into()));
     let mut spec = validate::job_spec_fields(&fields, &state.config.limits)?;

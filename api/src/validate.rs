@@ -11,7 +11,7 @@ use crate::error::ApiError;
 /// `timeout` for `timeout_ms` is caught instead of silently ignored.
 /// `callback_url` is checked by `callbacks`, since it is not part of the
 /// spec the worker runs.
-const FIELDS: &[&str] = &[
+pub(crate) const FIELDS: &[&str] = &[
     "language",
     "code",
     "stdin",
@@ -23,6 +23,9 @@ const FIELDS: &[&str] = &[
     "return_files",
     "callback_url",
 ];
+
+/// Fields a file of `files` may have.
+pub(crate) const FILE_FIELDS: &[&str] = &["path", "content", "encoding"];
 
 /// Most files a job may have.
 pub const MAX_FILES: usize = 64;
@@ -78,7 +81,7 @@ pub fn job_spec_fields(fields: &Map<String, Value>, limits: &ApiLimits) -> Resul
     }
     let timeout_ms = match fields.get("timeout_ms") {
         None | Some(Value::Null) => None,
-        Some(value) => match value.as_u64() {
+        Some(value) => match whole_number(value) {
             Some(ms) if (1..=limits.timeouts.max_ms()).contains(&ms) => Some(ms),
             _ => {
                 return Err(ApiError::InvalidField(format!(
@@ -189,7 +192,7 @@ fn files(value: Option<&Value>, limits: &ApiLimits) -> Result<Vec<InputFile>, Ap
         };
         let path = string_field(fields, "path")?.ok_or_else(|| ApiError::InvalidField("a file has no path".into()))?;
         InputFile::check_path(&path).map_err(ApiError::InvalidField)?;
-        if let Some(unknown) = fields.keys().find(|k| !["path", "content", "encoding"].contains(&k.as_str())) {
+        if let Some(unknown) = fields.keys().find(|k| !FILE_FIELDS.contains(&k.as_str())) {
             return Err(ApiError::UnknownField(format!("file {path:?}: unknown field {unknown:?}")));
         }
         let content = string_field(fields, "content")?
@@ -223,6 +226,15 @@ fn files(value: Option<&Value>, limits: &ApiLimits) -> Result<Vec<InputFile>, Ap
 fn clashes(a: &str, b: &str) -> bool {
     let (short, long) = if a.len() <= b.len() { (a, b) } else { (b, a) };
     long == short || long.strip_prefix(short).is_some_and(|rest| rest.starts_with('/'))
+}
+
+/// A JSON number that is a whole number, such as `5` or `5.0` (JSON does
+/// not tell them apart, and some clients write every number as a float).
+pub fn whole_number(value: &Value) -> Option<u64> {
+    match value.as_u64() {
+        Some(n) => Some(n),
+        None => value.as_f64().filter(|f| f.fract() == 0.0 && *f >= 0.0 && *f <= u64::MAX as f64).map(|f| f as u64),
+    }
 }
 
 fn string_field(fields: &Map<String, Value>, name: &str) -> Result<Option<String>, ApiError> {
@@ -259,6 +271,9 @@ mod tests {
         assert_eq!(spec.timeout_ms, Some(ApiLimits::default().timeouts.default_ms()));
         let spec = parse(r#"{"language":"typescript","code":"1","timeout_ms":60000}"#).expect("valid");
         assert_eq!(spec.timeout_ms, Some(60_000));
+        // JSON has one number type: 2500.0 is the whole number 2500.
+        let spec = parse(r#"{"language":"js","code":"1","timeout_ms":2500.0}"#).expect("valid");
+        assert_eq!(spec.timeout_ms, Some(2500));
     }
 
     #[test]
@@ -275,6 +290,8 @@ mod tests {
             (r#"{"language":"js","code":"1","stdin":[]}"#, "stdin must be a string"),
             (r#"{"language":"js","code":"1","timeout_ms":0}"#, "timeout_ms must be"),
             (r#"{"language":"js","code":"1","timeout_ms":1.5}"#, "timeout_ms must be"),
+            (r#"{"language":"js","code":"1","timeout_ms":-1.0}"#, "timeout_ms must be"),
+            (r#"{"language":"js","code":"1","timeout_ms":1e300}"#, "timeout_ms must be"),
             (r#"{"language":"js","code":"1","timeout_ms":600001}"#, "timeout_ms must be"),
             (r#"{"language":"js","code":"1","timeout":5}"#, "unknown field \"timeout\""),
             (r#"{"language":"js","code":"1","args":"a b"}"#, "args must be an array of strings"),

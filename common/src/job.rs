@@ -4,7 +4,7 @@ use std::str::FromStr;
 use serde::{Deserialize, Serialize};
 
 /// A language runbox can run. Every one runs inside a Deno child.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Language {
     /// CPython on WebAssembly (Pyodide), inside Deno.
@@ -103,7 +103,7 @@ pub struct InputFile {
 }
 
 /// How an [`InputFile`]'s `content` is written.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum FileEncoding {
     /// The text itself.
@@ -161,7 +161,7 @@ impl<'de> Deserialize<'de> for ReturnFiles {
 }
 
 /// A file the program wrote, as the result carries it back.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct OutputFile {
     pub path: String,
     /// Standard base64 of the bytes kept.
@@ -238,7 +238,7 @@ impl JobSpec {
 }
 
 /// How stdout is compared with the expected output.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Compare {
     /// Byte for byte.
@@ -269,7 +269,7 @@ fn trimmed_lines(text: &str) -> impl Iterator<Item = &str> {
 }
 
 /// How a program with an expected output did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Verdict {
     Accepted,
@@ -296,7 +296,7 @@ impl Verdict {
 }
 
 /// Where a job is in its life, or how it ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Status {
     Queued,

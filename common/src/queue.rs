@@ -194,7 +194,7 @@ pub struct JobRecord {
 }
 
 /// Where a job's time went, in milliseconds.
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
 pub struct Timings {
     /// From enqueue until a worker started it.
     pub queue_ms: Option<u64>,

@@ -53,7 +53,7 @@ pub enum SessionOp {
 }
 
 /// Where a session is in its life.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum SessionStatus {
     /// Waiting for a worker to boot it.
@@ -110,7 +110,7 @@ impl SessionStatus {
 }
 
 /// One checkpoint of a session, as listed on the session.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct CheckpointInfo {
     pub id: String,
     pub created_at: String,

@@ -4,13 +4,14 @@
 
 use serde::{Deserialize, Serialize};
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct WorkerInfo {
     /// Its consumer name in the queue.
     pub name: String,
     pub deno: Option<String>,
     pub pyodide: Option<String>,
-    /// The pinned Python packages every Python job can import.
+    /// The pinned Python packages every Python job can import (as the
+    /// Pyodide bundle lists them).
     pub python_packages: serde_json::Value,
     /// The isolation layers this host allowed, beyond Deno's permissions.
     pub isolation: Vec<String>,

@@ -16,6 +16,7 @@ mod fairness;
 mod faults;
 mod longpoll;
 mod mcp;
+mod openapi;
 mod quotas;
 mod recovery;
 mod redis_setups;
