@@ -229,8 +229,7 @@ impl McpServer {
         args: JsonObject,
     ) -> Result<CallToolResult, ErrorData> {
         let caller = caller(&parts)?;
-        let result = sessions::create_session(&self.state, &caller, &args).await;
-        Ok(result.map(|record| structured(&SessionView::from(record))).unwrap_or_else(tool_error))
+        Ok(answer(sessions::create_session(&self.state, &caller, &args).await.map(SessionView::from)))
     }
 
     #[tool(
@@ -253,22 +252,24 @@ impl McpServer {
         let caller = caller(&parts)?;
         let mut fields = args;
         let Some(Value::String(id)) = fields.remove("session_id") else {
-            return Ok(tool_error(ApiError::InvalidField("session_id is required".into())));
+            return Ok(tool_error(ApiError::InvalidField(
+                "session_id is required: the id create_session returned".into(),
+            )));
         };
-        let answer = match sessions::exec_in(&self.state, &caller, &id, fields).await {
+        let result = match sessions::exec_in(&self.state, &caller, &id, fields).await {
             Ok(sessions::Executed::Done(view)) => {
                 let value = serde_json::to_value(&view).unwrap_or_default();
                 let failed = !(value["status"] == "completed" && value["exit_code"] == 0);
-                let mut answer = structured(&view);
-                answer.is_error = Some(failed);
-                answer
+                let mut result = structured(&view);
+                result.is_error = Some(failed);
+                result
             }
             Ok(sessions::Executed::Pending(job)) => text_error(format!(
                 "The call is still running; its result will be at GET /v1/jobs/{job}. The session is busy until it ends."
             )),
             Err(e) => tool_error(e),
         };
-        Ok(answer)
+        Ok(result)
     }
 
     #[tool(
@@ -286,11 +287,7 @@ impl McpServer {
         args: JsonObject,
     ) -> Result<CallToolResult, ErrorData> {
         let caller = caller(&parts)?;
-        let result = match session_id(&args) {
-            Ok(id) => sessions::take_checkpoint(&self.state, &caller, &id).await,
-            Err(e) => Err(e),
-        };
-        Ok(result.map(|info| structured(&info)).unwrap_or_else(tool_error))
+        Ok(answer(async { sessions::take_checkpoint(&self.state, &caller, &session_id(&args)?).await }.await))
     }
 
     #[tool(
@@ -306,11 +303,10 @@ impl McpServer {
         args: JsonObject,
     ) -> Result<CallToolResult, ErrorData> {
         let caller = caller(&parts)?;
-        let result = match session_id(&args) {
-            Ok(id) => sessions::fork_session(&self.state, &caller, &id).await,
-            Err(e) => Err(e),
-        };
-        Ok(result.map(|record| structured(&SessionView::from(record))).unwrap_or_else(tool_error))
+        Ok(answer(
+            async { sessions::fork_session(&self.state, &caller, &session_id(&args)?).await.map(SessionView::from) }
+                .await,
+        ))
     }
 
     #[tool(
@@ -325,11 +321,10 @@ impl McpServer {
         args: JsonObject,
     ) -> Result<CallToolResult, ErrorData> {
         let caller = caller(&parts)?;
-        let result = match session_id(&args) {
-            Ok(id) => sessions::destroy_session(&self.state, &caller, &id).await,
-            Err(e) => Err(e),
-        };
-        Ok(result.map(|record| structured(&SessionView::from(record))).unwrap_or_else(tool_error))
+        Ok(answer(
+            async { sessions::destroy_session(&self.state, &caller, &session_id(&args)?).await.map(SessionView::from) }
+                .await,
+        ))
     }
 }
 
@@ -342,6 +337,11 @@ fn session_id(args: &JsonObject) -> Result<String, ApiError> {
         Some(Value::String(id)) => Ok(id.clone()),
         _ => Err(ApiError::InvalidField("session_id is required: the id create_session returned".into())),
     }
+}
+
+/// A session tool's answer: its value as [`structured`], or its error.
+fn answer<T: Serialize>(result: Result<T, ApiError>) -> CallToolResult {
+    result.map(|value| structured(&value)).unwrap_or_else(tool_error)
 }
 
 /// `value` as a tool result: pretty JSON for the model, and the same as

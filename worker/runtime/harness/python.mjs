@@ -82,16 +82,11 @@ def make_runner(
         print(code, file=sys.stderr)
         return 1
 
-    async def run_main(source, args):
-        sys.argv = ["main.py", *list(args)]
-        line_cache["main.py"] = (len(source), None, source.splitlines(True), "main.py")
-        main = ModuleType("__main__")
-        main.__file__ = "main.py"
-        main.__builtins__ = builtins
-        modules["__main__"] = main
+    async def run(main, source, name):
+        line_cache[name] = (len(source), None, source.splitlines(True), name)
         status = 0
         try:
-            code = compile(source, "main.py", "exec", flags=flags, dont_inherit=True)
+            code = compile(source, name, "exec", flags=flags, dont_inherit=True)
             result = eval(code, main.__dict__)
             if code.co_flags & 0x80:  # CO_COROUTINE: the program used top-level await
                 await result
@@ -112,38 +107,25 @@ def make_runner(
                 pass
         return status
 
+    def new_main():
+        main = ModuleType("__main__")
+        main.__file__ = "main.py"
+        main.__builtins__ = builtins
+        modules["__main__"] = main
+        return main
+
+    async def run_main(source, args):
+        sys.argv = ["main.py", *list(args)]
+        return await run(new_main(), source, "main.py")
+
     async def run_in_session(source, name):
         # A session's programs share one __main__, made by its first exec
         # and carried by its checkpoints.
         main = modules.get("__main__")
         if getattr(main, "__file__", None) != "main.py":
-            main = ModuleType("__main__")
-            main.__file__ = "main.py"
-            main.__builtins__ = builtins
-            modules["__main__"] = main
+            main = new_main()
         sys.argv = ["main.py"]
-        line_cache[name] = (len(source), None, source.splitlines(True), name)
-        status = 0
-        try:
-            code = compile(source, name, "exec", flags=flags, dont_inherit=True)
-            result = eval(code, main.__dict__)
-            if code.co_flags & 0x80:
-                await result
-        except SystemExit as e:
-            status = exit_status(e.code)
-        except BaseException as e:
-            tb = None if isinstance(e, SyntaxError) else e.__traceback__.tb_next
-            try:
-                print_exception(type(e), e, tb)
-            except BaseException:
-                pass
-            status = 1 | (memory_flag if isinstance(e, MemoryError) else 0)
-        for stream in (sys.stdout, sys.stderr):
-            try:
-                stream.flush()
-            except BaseException:
-                pass
-        return status
+        return await run(main, source, name)
 
     return run_main, run_in_session
 
