@@ -223,11 +223,6 @@ impl SessionChild {
     pub fn kill(&self) {
         kill_group(&self.inner.child);
     }
-
-    /// Whether the process is still there.
-    pub fn is_alive(&mut self) -> bool {
-        matches!(self.inner.child.try_wait(), Ok(None))
-    }
 }
 
 impl Drop for SessionChild {
