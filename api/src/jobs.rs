@@ -229,7 +229,7 @@ pub(crate) async fn enqueue(
     };
     let enqueued = state
         .queue
-        .enqueue_job(&job, state.config.limits.max_queue, idempotency, state.config.quotas.of(&caller.0))
+        .enqueue(&job, state.config.limits.max_queue, idempotency, state.config.quotas.of(&caller.0))
         .await?;
     match enqueued {
         Enqueued::Accepted => {

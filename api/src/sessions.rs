@@ -19,8 +19,8 @@ use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use runbox_common::{
-    CheckpointInfo, Enqueued, JobRecord, JobSpec, Language, Outcome, Recovery, Sent, SessionOp, SessionRecord,
-    SessionStatus, SessionTask, Status, now_rfc3339, now_unix_ms, rfc3339_at_unix_ms,
+    CheckpointInfo, JobRecord, JobSpec, Language, Outcome, Recovery, Sent, SessionOp, SessionRecord, SessionStatus,
+    SessionTask, Status, now_rfc3339, now_unix_ms, rfc3339_at_unix_ms,
 };
 use serde::Serialize;
 use serde_json::{Map, Value};
@@ -28,7 +28,7 @@ use serde_json::{Map, Value};
 use crate::AppState;
 use crate::auth::Caller;
 use crate::error::ApiError;
-use crate::jobs::{JobView, json_body, wait_for};
+use crate::jobs::{self, JobView, json_body, wait_for};
 use crate::validate;
 
 /// How long creating a session waits for a worker to open it before
@@ -482,30 +482,7 @@ async fn start(
     expires_at_ms: u64,
 ) -> Result<SessionRecord, ApiError> {
     let op = SessionOp::Start { owner: caller.0.clone(), checkpoint, idle_timeout_ms, expires_at_ms };
-    let spec = step(language, id, op);
-    let job = uuid::Uuid::new_v4().to_string();
-    let payload = serde_json::to_string(&spec).map_err(|e| ApiError::InvalidJson(e.to_string()))?;
-    let signature = state.config.shared.signing_key.sign(&job, &payload);
-    let enqueued = state
-        .queue
-        .enqueue(
-            &job,
-            &caller.0,
-            language.as_str(),
-            &payload,
-            &signature,
-            state.config.limits.max_queue,
-            &now_rfc3339(),
-            None,
-            None,
-            state.config.quotas.of(&caller.0),
-        )
-        .await?;
-    match enqueued {
-        Enqueued::Accepted | Enqueued::Duplicate(_) => {}
-        Enqueued::Full => return Err(ApiError::QueueFull),
-        Enqueued::OverQuota(which) => return Err(ApiError::over_quota(which, state.config.quotas.of(&caller.0))),
-    }
+    let job = jobs::enqueue(state, caller, &step(language, id, op), None, None, None).await?.id;
     let record = wait_for(state, &job, START_WAIT).await?;
     match record.and_then(|r| r.outcome.filter(|_| r.status.is_final())) {
         None => {}

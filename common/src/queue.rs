@@ -273,7 +273,7 @@ return 1
 
 // The queue's key prefix (`QueueKeys::prefix`), which every script that
 // builds keys gets as its last argument.
-const PREFIX: &str = "local PREFIX = ARGV[#ARGV]\n";
+pub(crate) const PREFIX: &str = "local PREFIX = ARGV[#ARGV]\n";
 
 // An owner's quota: `over_quota` says whether `n` more jobs would pass it
 // (-1 queued plus running, -2 submissions this second), `count_submission`
@@ -421,7 +421,7 @@ const DEPTH: &str = "return depth(KEYS[1])";
 
 // Times are measured on Redis's clock: the entry id starts with the
 // enqueue time in milliseconds.
-const NOW_MS: &str = r"
+pub(crate) const NOW_MS: &str = r"
 local function now_ms()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -593,26 +593,7 @@ impl Queue {
 
     /// Adds a job unless queued plus running jobs already reach `cap`, or
     /// `idempotency`'s key was used before.
-    #[allow(clippy::too_many_arguments)]
     pub async fn enqueue(
-        &self,
-        id: &str,
-        owner: &str,
-        language: &str,
-        payload: &str,
-        signature: &str,
-        cap: u64,
-        created_at: &str,
-        idempotency: Option<Idempotency<'_>>,
-        callback: Option<&str>,
-        quota: Quota,
-    ) -> Result<Enqueued, QueueError> {
-        let job = NewJob { id, owner, language, payload, signature, created_at, callback, compat: None };
-        self.enqueue_job(&job, cap, idempotency, quota).await
-    }
-
-    /// [`Queue::enqueue`] for a job that may carry a compatible API's note.
-    pub async fn enqueue_job(
         &self,
         job: &NewJob<'_>,
         cap: u64,

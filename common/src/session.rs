@@ -26,7 +26,8 @@ use std::time::Duration;
 use redis::{AsyncCommands, Script};
 use serde::{Deserialize, Serialize};
 
-use crate::config::{ConfigError, env_or};
+use crate::config::{ConfigError, env_or, millis};
+use crate::queue::{NOW_MS, PREFIX};
 use crate::{Claimed, Language, Queue, QueueError};
 
 /// What a session job asks of the session's worker; carried in
@@ -345,14 +346,6 @@ redis.call('HSET', KEYS[1], 'checkpoints', cjson.encode(list))
 return 1
 ";
 
-const NOW_MS: &str = r"
-local function now_ms()
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
-";
-const PREFIX: &str = "local PREFIX = ARGV[#ARGV]\n";
-
 static CREATE_SCRIPT: std::sync::LazyLock<Script> =
     std::sync::LazyLock::new(|| Script::new(&format!("{PREFIX}{NOW_MS}{PRUNE}{CREATE}")));
 static READY_SCRIPT: std::sync::LazyLock<Script> =
@@ -630,8 +623,4 @@ impl Queue {
             data,
         }))
     }
-}
-
-fn millis(duration: Duration) -> u64 {
-    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
 }

@@ -15,13 +15,13 @@
 use std::time::Duration;
 
 use runbox_common::{JobSpec, Language, Outcome};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncReadExt;
 use tokio_util::sync::CancellationToken;
 
 use super::child::kill_group;
 use super::command::ChildMode;
 use super::output::capture_until;
-use super::shared::{END_MARKER, Ending, Kind, PIPE_TIMEOUT, SharedChild};
+use super::shared::{END_MARKER, Ending, Kind, SharedChild};
 use super::{Sandbox, SandboxError};
 
 /// What the harness writes before a checkpoint's length and bytes.
@@ -231,21 +231,10 @@ impl Drop for SessionChild {
     }
 }
 
-/// Sends `frame` and then `bytes` raw.
+/// Sends `frame` (JSON) and then `bytes` raw.
 async fn send(inner: &mut SharedChild, frame: &impl serde::Serialize, bytes: &[u8]) -> Result<(), SessionError> {
     let frame = serde_json::to_vec(frame).map_err(|e| SessionError::Failed(e.to_string()))?;
-    let header = format!("{}\n", frame.len());
-    let written = tokio::time::timeout(PIPE_TIMEOUT + Duration::from_secs(bytes.len() as u64 >> 24), async {
-        inner.stdin.write_all(header.as_bytes()).await?;
-        inner.stdin.write_all(&frame).await?;
-        inner.stdin.write_all(bytes).await?;
-        inner.stdin.flush().await
-    })
-    .await;
-    match written {
-        Ok(Ok(())) => Ok(()),
-        _ => Err(died()),
-    }
+    if inner.send(&frame, bytes).await { Ok(()) } else { Err(died()) }
 }
 
 fn died() -> SessionError {

@@ -67,7 +67,7 @@ const WORKER_THREAD_EXIT: Duration = Duration::from_millis(500);
 const JS_SOLO_WORDS: &[&str] = &["stdin", "process", "readline", "prompt", "/dev/", "readFileSync(0"];
 
 /// How long a child may take to take a frame, or to finish its end marker.
-pub(super) const PIPE_TIMEOUT: Duration = Duration::from_secs(5);
+const PIPE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Resident memory a shared child may hold on top of a single-use child's
 /// allowance: finished jobs' instances that V8 has not collected yet. The
@@ -345,14 +345,7 @@ impl SharedChild {
             Err(e) => return (Outcome::internal_error(format!("could not encode the job: {e}")), true),
         };
         let started = Instant::now();
-        let header = format!("{}\n", frame.len());
-        let sent = tokio::time::timeout(PIPE_TIMEOUT, async {
-            self.stdin.write_all(header.as_bytes()).await?;
-            self.stdin.write_all(&frame).await?;
-            self.stdin.flush().await
-        })
-        .await;
-        if !matches!(sent, Ok(Ok(()))) {
+        if !self.send(&frame, &[]).await {
             return (Outcome::internal_error("the shared runtime stopped taking jobs"), false);
         }
 
@@ -413,6 +406,22 @@ impl SharedChild {
             (outcome.files, outcome.files_truncated) = returned_files(&section);
         }
         (outcome, reusable)
+    }
+
+    /// Sends `frame` with its length header, then `bytes` raw (a session's
+    /// checkpoint), within [`PIPE_TIMEOUT`] plus a second per 16 MiB of
+    /// `bytes`. False if the child did not take them.
+    pub(super) async fn send(&mut self, frame: &[u8], bytes: &[u8]) -> bool {
+        let header = format!("{}\n", frame.len());
+        let limit = PIPE_TIMEOUT + Duration::from_secs(bytes.len() as u64 >> 24);
+        let sent = tokio::time::timeout(limit, async {
+            self.stdin.write_all(header.as_bytes()).await?;
+            self.stdin.write_all(frame).await?;
+            self.stdin.write_all(bytes).await?;
+            self.stdin.flush().await
+        })
+        .await;
+        matches!(sent, Ok(Ok(())))
     }
 
     /// Reads the rest of stdout's end marker, `<status>:<flag>\n`, of
