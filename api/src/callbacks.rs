@@ -18,11 +18,12 @@
 //!   signature and address checks are the same.
 //! - Errors and 5xx (and 408, 429) are retried with backoff, [`ATTEMPTS`]
 //!   times in all; any other answer ends the delivery.
-//! - Addresses that are not public (loopback, private, link-local, ...) are
-//!   refused at submission and again at each attempt, unless
-//!   `RUNBOX_CALLBACK_ALLOW` lists them. Each attempt connects to the
-//!   address it checked, and redirects are not followed, so DNS cannot
-//!   swap in an address after the check.
+//! - Addresses that are not public (loopback, private, link-local, NAT64,
+//!   6to4, documentation, ...: see [`crate::addresses`]) are refused at
+//!   submission and again at each attempt, unless `RUNBOX_CALLBACK_ALLOW`
+//!   lists them. Each attempt connects to the address it checked, and
+//!   redirects are not followed, so DNS cannot swap in an address after
+//!   the check.
 
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
@@ -33,6 +34,7 @@ use serde_json::Value;
 use sha2::Sha256;
 
 use crate::AppState;
+use crate::addresses::{self, Network};
 use crate::error::ApiError;
 
 /// Attempts per delivery, and the pause before each retry.
@@ -109,76 +111,10 @@ impl CallbackConfig {
         self.secrets.iter().find(|(name, _)| name == owner).map(|(_, secret)| secret.as_slice())
     }
 
-    fn allows(&self, ip: IpAddr) -> bool {
-        is_public(ip) || self.allow.iter().any(|network| network.contains(ip))
-    }
-}
-
-/// An IP network: an address and a prefix length.
-#[derive(Debug, Clone, Copy)]
-struct Network {
-    addr: IpAddr,
-    prefix: u32,
-}
-
-impl Network {
-    fn parse(text: &str) -> Option<Network> {
-        let (addr, prefix) = text.split_once('/').map_or((text, None), |(a, p)| (a, Some(p)));
-        let addr: IpAddr = addr.parse().ok()?;
-        let bits = if addr.is_ipv4() { 32 } else { 128 };
-        let prefix = match prefix {
-            Some(p) => p.parse().ok().filter(|p| *p <= bits)?,
-            None => bits,
-        };
-        Some(Network { addr, prefix })
-    }
-
-    fn contains(&self, ip: IpAddr) -> bool {
-        let mask = |bits: u32, width: u32| if bits == 0 { 0 } else { u128::MAX << (width - bits) };
-        match (self.addr, ip) {
-            (IpAddr::V4(net), IpAddr::V4(ip)) => {
-                let m = mask(self.prefix, 32);
-                (u128::from(u32::from(net)) & m) == (u128::from(u32::from(ip)) & m)
-            }
-            (IpAddr::V6(net), IpAddr::V6(ip)) => {
-                let m = mask(self.prefix, 128);
-                (u128::from(net) & m) == (u128::from(ip) & m)
-            }
-            _ => false,
-        }
-    }
-}
-
-/// Whether `ip` is an ordinary public address: not loopback, private,
-/// link-local, shared (CGNAT), reserved, multicast or unspecified.
-fn is_public(ip: IpAddr) -> bool {
-    match ip {
-        IpAddr::V4(v4) => {
-            let [a, b, ..] = v4.octets();
-            !(v4.is_private()
-                || v4.is_loopback()
-                || v4.is_link_local()
-                || v4.is_unspecified()
-                || v4.is_broadcast()
-                || v4.is_multicast()
-                || v4.is_documentation()
-                || a == 0
-                || a >= 240
-                || (a == 100 && (64..128).contains(&b))
-                || (a == 192 && b == 0 && v4.octets()[2] == 0)
-                || (a == 198 && (b == 18 || b == 19)))
-        }
-        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
-            Some(v4) => is_public(IpAddr::V4(v4)),
-            None => {
-                let first = v6.segments()[0];
-                !(v6.is_loopback()
-                    || v6.is_unspecified()
-                    || v6.is_multicast()
-                    || (first & 0xfe00) == 0xfc00
-                    || (first & 0xffc0) == 0xfe80)
-            }
-        },
+    /// Why a callback may not go to `ip`, or `None` if it may: an address
+    /// [`addresses::refusal`] refuses is allowed only if listed.
+    fn refusal(&self, ip: IpAddr) -> Option<&'static str> {
+        addresses::refusal(ip).filter(|_| !self.allow.iter().any(|network| network.contains(ip)))
     }
 }
 
@@ -224,10 +160,9 @@ async fn reachable(config: &CallbackConfig, url: &str) -> Result<(reqwest::Url, 
     };
     // Every address must be allowed: a name that also resolves to a
     // private address could be steered there.
-    match addrs.iter().find(|a| !config.allows(a.ip())) {
-        Some(refused) => Err(format!(
-            "{} is not a public address; an operator can allow it with RUNBOX_CALLBACK_ALLOW",
-            refused.ip()
+    match addrs.iter().find_map(|a| config.refusal(a.ip()).map(|why| (a.ip(), why))) {
+        Some((refused, why)) => Err(format!(
+            "{refused} is not a public address ({why}); an operator can allow it with RUNBOX_CALLBACK_ALLOW"
         )),
         None => addrs.first().map(|a| (parsed.clone(), bare.to_owned(), *a)).ok_or("its host has no address".into()),
     }
@@ -389,22 +324,26 @@ mod tests {
 
     #[test]
     fn only_public_addresses_pass_unless_allowed() {
-        for private in
-            ["127.0.0.1", "10.1.2.3", "172.16.0.1", "192.168.1.1", "169.254.169.254", "100.64.0.1", "0.0.0.0"]
-        {
-            assert!(!is_public(private.parse().expect("ip")), "{private}");
+        let none = CallbackConfig::parse("", "").expect("parses");
+        for refused in ["127.0.0.1", "10.1.2.3", "169.254.169.254", "::1", "fd00::1", "::ffff:127.0.0.1"] {
+            assert!(none.refusal(refused.parse().expect("ip")).is_some(), "{refused}");
         }
-        for private in ["::1", "fe80::1", "fd00::1", "::ffff:127.0.0.1", "::"] {
-            assert!(!is_public(private.parse().expect("ip")), "{private}");
+        // Ranges that wrap an IPv4 address are refused even around a public one.
+        for wrapped in ["64:ff9b::808:808", "::8.8.8.8", "2002:808:808::1", "2001:0:4136:e378:8000:63bf:3fff:fdd2"] {
+            assert!(none.refusal(wrapped.parse().expect("ip")).is_some(), "{wrapped}");
         }
-        for public in ["8.8.8.8", "1.1.1.1", "2606:4700::1111", "::ffff:8.8.8.8"] {
-            assert!(is_public(public.parse().expect("ip")), "{public}");
+        for public in ["8.8.8.8", "1.1.1.1", "2606:4700:4700::1111", "::ffff:8.8.8.8"] {
+            assert_eq!(none.refusal(public.parse().expect("ip")), None, "{public}");
         }
-        let config = CallbackConfig::parse("", "127.0.0.1, 10.0.0.0/8, fd00::/8").expect("parses");
-        assert!(config.allows("127.0.0.1".parse().expect("ip")));
-        assert!(!config.allows("127.0.0.2".parse().expect("ip")));
-        assert!(config.allows("10.200.0.1".parse().expect("ip")));
-        assert!(config.allows("fd12::1".parse().expect("ip")));
+        let config = CallbackConfig::parse("", "127.0.0.1, 10.0.0.0/8, fd00::/8, 64:ff9b::/96").expect("parses");
+        let allowed = |ip: &str| config.refusal(ip.parse().expect("ip")).is_none();
+        assert!(allowed("127.0.0.1"));
+        assert!(!allowed("127.0.0.2"));
+        assert!(allowed("10.200.0.1"));
+        assert!(allowed("fd12::1"));
+        assert!(allowed("64:ff9b::a00:1"));
+        assert!(!allowed("64:ff9b:1::1"));
+        assert!(allowed("8.8.8.8"));
         assert!(CallbackConfig::parse("", "10.0.0.0/33").is_err());
         assert!(CallbackConfig::parse("alice:short", "").is_err());
     }

@@ -12,6 +12,8 @@
 //! - `mcp`: `/mcp`, the same jobs as Model Context Protocol tools.
 //! - `compat`: Judge0- and Piston-compatible APIs, translated into jobs.
 //! - `callbacks`: signed delivery of finished jobs and batches to `callback_url`.
+//! - `addresses`: which IP addresses are public, for anything the api
+//!   connects to on a user's behalf.
 //! - `validate`: request body → job spec, with errors that say what to fix.
 //! - `auth`: bearer tokens, compared in constant time.
 //! - `quotas`: what each token may have queued and submit per second.
@@ -21,6 +23,7 @@
 //! - `metrics`: every metric the api exports.
 //! - `config`: settings, read from the environment once.
 
+mod addresses;
 mod auth;
 mod batches;
 mod callbacks;
