@@ -28,7 +28,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, info, info_span, warn};
 
 use crate::Sandbox;
-use crate::sandbox::{BootedSession, Restore, SessionChild, SessionError};
+use crate::sandbox::{BootedSession, Replayed, Restore, SessionChild, SessionError};
 use crate::service::{Ran, RunningJob, Worker};
 
 /// How long one wait on the inbox blocks in Redis.
@@ -333,7 +333,11 @@ impl Worker {
         Ok(match language {
             Language::Python => Restore::Memory(bytes),
             _ => {
-                Restore::Replay(serde_json::from_slice(&bytes).map_err(|e| format!("checkpoint {id} is damaged: {e}"))?)
+                let default_ms =
+                    u64::try_from(self.runner.sandbox().limits.timeouts.default.as_millis()).unwrap_or(u64::MAX);
+                let log =
+                    Replayed::parse_log(&bytes, default_ms).map_err(|e| format!("checkpoint {id} is damaged: {e}"))?;
+                Restore::Replay(log)
             }
         })
     }

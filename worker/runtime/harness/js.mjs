@@ -1,42 +1,53 @@
 // Harness for JavaScript and TypeScript jobs.
 //
-// Usage: js.mjs [shared|session]
+// Usage: js.mjs                                     (a single-use child)
+//        js.mjs shared|session <frames> <results>   (see protocol.mjs)
 //
-// The child starts with no read access at all. The program arrives over the
-// pipe (see protocol.mjs) and is imported from a blob: URL, so its stack
-// traces name `blob:` rather than a path, and TypeScript types are stripped by
-// Deno itself. After the program starts, this file uses only what
-// protocol.mjs captured beforehand.
+// A single-use child starts with no read access beyond the job's files. The
+// program arrives on stdin (see protocol.mjs) and is imported from a blob:
+// URL, so its stack traces name `blob:` rather than a path, and TypeScript
+// types are stripped by Deno itself. The program runs in this realm, as the
+// process's main module would: its event loop is the process's, and the
+// process exits when it is done, with the program's status. The harness
+// keeps nothing after the program starts: it claims an allocation failure
+// when it sees one, and the runner checks the claim (see protocol.mjs).
 //
-// With `shared`, the child serves the shared lane: each job of the batch
-// runs in a fresh Worker (fresh globals), one after another; see
-// `runShared` below.
+// A shared-lane child runs each job of one batch in a fresh Worker
+// (`js-job.mjs`); a session child runs its execs in one Worker that lives
+// as long as the session (`js-session.mjs`). This realm holds the channel
+// and the nonces, and no job has a reference to it.
 import {
   awaitJob,
+  Channel,
+  claimOutOfMemory,
   dropPersistentStorage,
-  readFrame,
-  signalEnd,
-  signalReady,
+  endOutput,
   exit,
   hideHostDetails,
   isAllocationFailure,
   jsMemoryInUse,
-  reportOutOfMemory,
+  moduleUrl,
+  readHarnessFile,
+  watchRealm,
   withoutHarnessFrames,
   writeError,
 } from "./protocol.mjs";
-import { serveJsSession } from "./session.mjs";
 
 const harnessDir = new URL(".", import.meta.url).href;
 const createObjectURL = URL.createObjectURL;
+const [mode, framesPath, resultsPath] = Deno.args;
 
 dropPersistentStorage();
-if (Deno.args[0] === "shared") await runShared();
-if (Deno.args[0] === "session") {
-  // A session loads Node's `process` sooner or later; hide its paths too.
-  hideHostDetails("file:///main.js", [], true);
-  await serveJsSession();
+if (mode === "shared" || mode === "session") {
+  const channel = new Channel(framesPath, resultsPath);
+  const source = readHarnessFile(mode === "shared" ? "js-job.mjs" : "js-session.mjs");
+  Deno.permissions.revokeSync({ name: "read" });
+  Deno.permissions.revokeSync({ name: "write" });
+  const url = moduleUrl(source);
+  if (mode === "shared") await serveShared(channel, url);
+  else await serveSession(channel, url);
 }
+
 const job = awaitJob();
 const typescript = job.language === "typescript";
 hideHostDetails(typescript ? "file:///main.ts" : "file:///main.js", job.args ?? [], /\bprocess\b/.test(job.code));
@@ -44,11 +55,11 @@ const url = createObjectURL(new Blob([job.code], { type: typescript ? "applicati
 const nonce = job.nonce;
 const halfCap = (job.memory_mb * 1024 * 1024) / 2;
 
-/** Ends the run as out of memory if `error` is a real allocation failure. */
+/** Claims an out-of-memory ending if `error` looks like a real allocation failure. */
 function failOnAllocation(error) {
   if (isAllocationFailure(error) && jsMemoryInUse() >= halfCap) {
     writeError(`error: out of memory: ${error.message}\n`);
-    reportOutOfMemory(nonce);
+    claimOutOfMemory(nonce);
   }
 }
 globalThis.addEventListener("error", (event) => failOnAllocation(event.error));
@@ -69,115 +80,104 @@ try {
 }
 
 /**
- * The shared lane: READY once, then for each frame a new module Worker
- * runs the program and reports its exit status as its only message; the
- * Worker is then terminated and the end markers written. The runner sends
- * a job here only if it has no stdin and no files and its code does not
- * name stdin or Node's `process` (the Worker shares this process's stdin,
- * which carries the frames), and it replaces the child when a thread is
- * left behind.
+ * The shared lane: for each frame, a new Worker runs the program and posts
+ * its exit status (only its first message counts); the Worker is then
+ * terminated, the job's output ended and its report sent. A job cannot
+ * reach the channel, this realm, or the Worker of any other job.
  */
-async function runShared() {
-  signalReady();
+async function serveShared(channel, jobUrl) {
+  const realm = watchRealm();
+  channel.report({ kind: "ready" });
   for (;;) {
-    const job = readFrame();
-    const typescript = job.language === "typescript";
-    const program = createObjectURL(new Blob([job.code], { type: typescript ? "application/typescript" : "text/javascript" }));
-    const bootstrap = createObjectURL(new Blob([workerSource(job, program)], { type: "text/javascript" }));
-    const worker = new Worker(bootstrap, { type: "module", name: "runbox-job" });
-    const status = await new Promise((resolve) => {
-      worker.onmessage = (event) => resolve(Number(event.data) & 0xff);
-      worker.onerror = (event) => {
-        event.preventDefault();
-        writeError(`error: Uncaught ${event.message}\n`);
-        resolve(1);
-      };
-    });
+    const frame = channel.readFrame();
+    realm.begin();
+    const worker = new Worker(jobUrl, { type: "module", name: "runbox-job" });
+    const ended = untilEnded(worker);
+    worker.postMessage({ language: frame.language, code: frame.code, args: frame.args ?? [] });
+    const { status, allocation } = await ended;
+    if (allocation) {
+      // Left running, so that the runner measures the memory it holds.
+      endOutput(frame.nonce);
+      channel.report({ kind: "end", status, clean: false, memory: true });
+      continue;
+    }
     worker.terminate();
-    URL.revokeObjectURL(program);
-    URL.revokeObjectURL(bootstrap);
-    signalEnd(job.nonce, status, true);
+    endOutput(frame.nonce);
+    channel.report({ kind: "end", status, clean: realm.isClean() });
   }
 }
 
 /**
- * The module a job's Worker starts from: it sets the program's `Deno.args`
- * and `Deno.exit`, imports the program, waits until the timers it set have
- * all run (a program ends when its event loop is empty, as in a child of
- * its own), and posts the exit status. An uncaught error ends it with 1,
- * printed as Deno prints one.
+ * A session: one Worker, the session's realm, runs every exec. The open
+ * frame's `replay` (a restored session's execs) runs first, each under its
+ * own timeout; their output is the runner's to drop.
  */
-function workerSource(job, program) {
-  const mainModule = job.language === "typescript" ? "file:///main.ts" : "file:///main.js";
-  return `
-const post = self.postMessage.bind(self);
-const encoder = new TextEncoder();
-const writeError = (text) => Deno.stderr.writeSync(encoder.encode(text));
-class Exit {}
-let ended = false;
-function end(status) {
-  if (ended) return;
-  ended = true;
-  post(status);
-}
-function uncaught(error) {
-  if (ended) return;
-  let text;
-  try {
-    text = String(error?.stack ?? error);
-  } catch {
-    text = "(the error could not be printed)";
-  }
-  writeError("error: Uncaught " + text + "\\n");
-  end(1);
-}
-const define = (name, value) => Object.defineProperty(Deno, name, { value, configurable: true, writable: true });
-define("args", Object.freeze(${JSON.stringify(job.args ?? [])}));
-define("mainModule", ${JSON.stringify(mainModule)});
-define("execPath", () => "deno");
-// Deno.exit ends the program where it stands: the Worker closes, and the
-// throw unwinds what called it.
-define("exit", (code = 0) => {
-  end(Number(code) & 0xff);
-  self.close();
-  throw new Exit();
-});
-const timers = new Set();
-let idle = null;
-const settle = () => { if (timers.size === 0 && idle) idle(); };
-const { setTimeout, setInterval, clearTimeout, clearInterval } = globalThis;
-globalThis.setTimeout = function (callback, delay, ...args) {
-  const id = setTimeout(() => {
-    timers.delete(id);
-    try {
-      if (typeof callback === "function") callback(...args);
-    } finally {
-      settle();
+async function serveSession(channel, sessionUrl) {
+  const worker = new Worker(sessionUrl, { type: "module", name: "runbox-session" });
+  await new Promise((resolve) => (worker.onmessage = resolve));
+  let pending = null;
+  worker.onmessage = ({ data }) => {
+    const settle = pending;
+    pending = null;
+    settle?.(data);
+  };
+  worker.onerror = (event) => {
+    event.preventDefault();
+    writeError(`error: Uncaught ${event.message}\n`);
+    const settle = pending;
+    pending = null;
+    settle?.({ status: 1 });
+  };
+  const exec = (code, memoryMb, timeoutMs) =>
+    new Promise((resolve) => {
+      pending = (data) => resolve(report(data));
+      worker.postMessage({ code: String(code), memory_mb: memoryMb });
+      if (timeoutMs > 0) setTimeout(() => pending && ((pending = null), resolve({ status: 1, overran: true })), timeoutMs);
+    });
+  channel.report({ kind: "ready" });
+  const open = channel.readFrame();
+  const replay = Array.isArray(open.replay) ? open.replay : [];
+  for (let i = 0; i < replay.length; i++) {
+    const { code, timeout_ms: timeoutMs } = replay[i];
+    const { overran } = await exec(code, open.memory_mb, timeoutMs);
+    if (overran) {
+      endOutput(open.nonce);
+      channel.report({ kind: "end", status: 1, error: `replaying exec ${i + 1} took longer than its ${timeoutMs} ms` });
+      // The exec may still be running; the runner ends this child.
+      return await new Promise(() => {});
     }
-  }, delay);
-  timers.add(id);
-  return id;
-};
-globalThis.setInterval = function (callback, delay, ...args) {
-  const id = setInterval(callback, delay, ...args);
-  timers.add(id);
-  return id;
-};
-globalThis.clearTimeout = (id) => { timers.delete(id); clearTimeout(id); settle(); };
-globalThis.clearInterval = (id) => { timers.delete(id); clearInterval(id); settle(); };
-self.addEventListener("error", (event) => { event.preventDefault(); uncaught(event.error); });
-self.addEventListener("unhandledrejection", (event) => { event.preventDefault(); uncaught(event.reason); });
-try {
-  await import(${JSON.stringify(program)});
-} catch (error) {
-  uncaught(error);
+  }
+  endOutput(open.nonce);
+  channel.report({ kind: "end", status: 0 });
+  for (;;) {
+    const frame = channel.readFrame();
+    const { status, allocation } = await exec(frame.code, frame.memory_mb, 0);
+    endOutput(frame.nonce);
+    channel.report({ kind: "end", status, ...(allocation ? { memory: true } : {}) });
+  }
 }
-// Until the program's timers have all run, and what they queued has too.
-for (;;) {
-  if (timers.size > 0) await new Promise((resolve) => (idle = resolve));
-  await new Promise((resolve) => setTimeout(resolve, 0));
-  if (timers.size === 0) break;
+
+/** The first report `worker` posts, or its first uncaught error. */
+function untilEnded(worker) {
+  return new Promise((resolve) => {
+    let done = false;
+    const end = (data) => {
+      if (done) return;
+      done = true;
+      worker.onmessage = null;
+      resolve(report(data));
+    };
+    worker.onmessage = ({ data }) => end(data);
+    worker.onerror = (event) => {
+      event.preventDefault();
+      writeError(`error: Uncaught ${event.message}\n`);
+      end({ status: 1 });
+    };
+  });
 }
-end(0);
-`;
+
+/** A job Worker's report as plain values: it comes from the job's realm. */
+function report(data) {
+  const status = typeof data?.status === "number" ? data.status & 0xff : 1;
+  return { status, allocation: data?.allocation === true };
 }

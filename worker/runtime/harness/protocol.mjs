@@ -1,35 +1,44 @@
 // The runner ↔ harness protocol, shared by every harness.
 //
+// The rule every harness follows: a job runs in a realm of its own, and
+// what runbox trusts (the frames, their nonces, the result channel) lives
+// where the job holds no reference to it.
+//
+// A single-use child runs one job, then exits:
+//
 // 1. The harness boots (loads whatever the language needs), drops every
-//    permission it used for that, and writes READY to stdout. Nothing the user
-//    controls has run yet, so the marker cannot be forged.
-// 2. The runner writes one frame to stdin: an ASCII decimal byte length, "\n",
-//    then that many bytes of UTF-8 JSON (`{"code": "...", "nonce": "...",
-//    "memory_mb": n, ...}`; unknown fields are ignored so the protocol can grow).
-// 3. Everything after the frame is the program's own stdin, up to EOF.
-// 4. If the program ended on an allocation failure that the harness confirms
-//    (see `reportOutOfMemory`), the harness's last bytes on stderr are
-//    MEMORY_MARKER followed by the frame's nonce and "\n". The program never
-//    sees the nonce, so it cannot forge the marker; the runner strips it.
+//    permission it used for that, and writes READY to stdout. Nothing the
+//    user controls has run yet, so the marker cannot be forged.
+// 2. The runner writes one frame to stdin: an ASCII decimal byte length,
+//    "\n", then that many bytes of UTF-8 JSON (`{"code": "...", "nonce":
+//    "...", "memory_mb": n, ...}`; unknown fields are ignored so the
+//    protocol can grow). A JavaScript program's own stdin follows the
+//    frame, up to EOF; a Python program's is the frame's `stdin` field.
+// 3. If the program ended on an allocation failure, the harness's last
+//    bytes on stderr are MEMORY_MARKER, the frame's nonce and "\n", and it
+//    then holds the process, memory and all, until the runner kills it.
+//    This is only a claim: the runner reads the process's memory from the
+//    kernel and reports `memory_exceeded` only if the program really holds
+//    at least half its cap (see `child.rs`). A JS program shares the realm
+//    of its harness, so it could make the claim itself; it gains nothing.
+// 4. A job with `return_files` (Python only) gets, on stdout after the
+//    program's last output, FILES_MARKER + nonce + "\n" and one line of
+//    JSON, `{"files": [{path, content (base64), size, truncated}],
+//    "truncated": bool}`.
 //
-// The code arrives over the pipe, never as a file, so the child needs no read
-// access at all once it is booted.
+// A shared-lane or session child runs many jobs, and its frames never touch
+// stdin, stdout or stderr, which the job's code can reach. They travel on
+// two FIFOs in the child's private directory (see `Channel`), which the
+// harness opens while it boots and nothing can open once it has dropped its
+// permissions. Each job runs in a Worker of its own (an isolate with its own
+// realm and its own table of open files), so no job can reach the FIFOs or
+// the realm of the harness, or another job. The Worker writes the program's
+// output to stdout and stderr itself; once it is gone, the harness writes
+// END_MARKER + nonce + "\n" on both streams, so the runner can tell one
+// job's output from the next, and then the job's report on the results FIFO.
 //
-// A job with `return_files` (Python only) gets, on stdout after the
-// program's last output, FILES_MARKER + nonce + "\n" and one line of JSON,
-// `{"files": [{path, content (base64), size, truncated}], "truncated": bool}`.
-//
-// A shared-lane child (see python.mjs and js.mjs) runs many jobs of one
-// batch, so its stdin carries only frames: a Python program's stdin is the
-// frame's `stdin` field (a JS job with stdin never goes there). After each job the harness writes, in one write each,
-// END_MARKER + nonce + ":" + exit status + ":" + (1 if the realm is still
-// clean, else 0) + "\n" on stdout, and END_MARKER + nonce + "\n" on stderr.
-// The runner reads each stream up to its marker; the program never sees the
-// nonce, so it cannot end its own output early or forge a status.
-//
-// The program shares this realm: it can replace any global, prototype method
-// or property of `Deno`. So everything a harness uses once the program has
-// started is captured here, at load time, before any user code exists.
+// The code arrives over a pipe, never as a file, so a child needs no read
+// access to anything of the user's once it is booted.
 
 export const READY = "\u0006runbox-ready\n";
 const END_MARKER = "\u0006runbox-end:";
@@ -75,11 +84,11 @@ export function writeError(text) {
 }
 
 /** Reads exactly `n` bytes from stdin, never more: the rest belongs to the program. */
-function readExactly(n) {
+function readExactly(n, read = stdinRead) {
   const out = new Uint8Array(n);
   let got = 0;
   while (got < n) {
-    const r = stdinRead(out.subarray(got));
+    const r = read(out.subarray(got));
     if (r === null) throw new Error(`stdin closed after ${got} of ${n} frame bytes`);
     got += r;
   }
@@ -102,13 +111,9 @@ export function signalReady() {
   writeAll(1, encode(READY));
 }
 
-/**
- * Ends a shared-lane job or a session's step: see the header. `flag` is
- * whether the child is clean (true/false), or 2 for a session exec that
- * was interrupted at its deadline.
- */
-export function signalEnd(nonce, status, flag) {
-  writeAll(1, encode(`${END_MARKER}${nonce}:${status}:${flag === 2 ? 2 : flag ? 1 : 0}\n`));
+/** Ends a job's output on stdout and stderr, in a child that runs many: see the header. */
+export function endOutput(nonce) {
+  writeAll(1, encode(`${END_MARKER}${nonce}\n`));
   writeAll(2, encode(`${END_MARKER}${nonce}\n`));
 }
 
@@ -126,8 +131,12 @@ export function base64(bytes) {
   return btoa(text);
 }
 
-/** Blocks until the runner sends a job frame, and returns it. */
+/** Blocks until the runner sends a job frame on stdin, and returns it. */
 export function readFrame() {
+  return frameFrom(readExactly);
+}
+
+function frameFrom(readExactly) {
   let header = "";
   for (;;) {
     const [byte] = readExactly(1);
@@ -179,14 +188,68 @@ export function wasmMemorySize(memory) {
 }
 
 /**
- * Tells the runner that the program ran out of memory, then exits. A
- * harness calls this only after checking, with numbers the program cannot
- * fake, that the program really holds at least half its cap: an error the
- * program throws or raises itself is just an error.
+ * Tells the runner of a single-use child that the program ended on an
+ * allocation failure, then holds the process, and the memory the program
+ * holds, until the runner has measured it and killed it (see the header).
  */
-export function reportOutOfMemory(nonce) {
+export function claimOutOfMemory(nonce) {
   writeError(`${MEMORY_MARKER}${nonce}\n`);
-  exit(1);
+  for (;;) Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0);
+}
+
+/**
+ * The control channel of a child that runs many jobs: frames from the
+ * runner on the `frames` FIFO, reports to it on the `results` FIFO (see the
+ * header). Open it while booting, before the permissions are dropped.
+ *
+ * A report is one line of JSON (`{"kind": ...}`), followed by `bytes` raw
+ * bytes when it says so.
+ */
+export class Channel {
+  #frames;
+  #results;
+
+  constructor(framesPath, resultsPath) {
+    // Results first: the runner has its end open already, frames' too.
+    this.#results = Deno.openSync(resultsPath, { write: true });
+    this.#frames = Deno.openSync(framesPath, { read: true });
+  }
+
+  /** Blocks until the runner sends a frame, and returns it. */
+  readFrame() {
+    return frameFrom((n) => this.#readExactly(n));
+  }
+
+  /** Reads the `n` raw bytes the runner sends after a frame that announces them. */
+  readBytes(n) {
+    return n > 0 ? this.#readExactly(n) : new Uint8Array(0);
+  }
+
+  /** Sends `report`, then `bytes` raw if given (its length goes in the report). */
+  report(report, bytes) {
+    const line = bytes ? { ...report, bytes: bytes.length } : report;
+    this.#write(encode(`${JSON.stringify(line)}\n`));
+    if (bytes) this.#write(bytes);
+  }
+
+  #readExactly(n) {
+    return readExactly(n, (buffer) => this.#frames.readSync(buffer));
+  }
+
+  #write(bytes) {
+    let at = 0;
+    while (at < bytes.length) at += this.#results.writeSync(bytes.subarray(at));
+  }
+}
+
+/** Reads harness files while the child may still read: sources for Workers. */
+export function readHarnessFile(name) {
+  return Deno.readTextFileSync(new URL(name, import.meta.url));
+}
+
+/** A `blob:` URL for module `source`, importable from any Worker of this process. */
+export function moduleUrl(source) {
+  return URL.createObjectURL(new Blob([source], { type: "text/javascript" }));
 }
 
 /**
@@ -249,51 +312,22 @@ export function withoutHarnessFrames(stack, dir) {
 }
 
 /**
- * Watches what a job in a shared-lane child could leave behind for the
- * next one: timers and Workers it started, and changes to the globals and
- * built-in prototypes of the realm. `begin()` takes a fingerprint before a
- * job; `isClean()` afterwards says whether anything changed. The runner
- * also counts the process's threads. When in doubt the child is replaced,
- * so this only has to be right when it says "clean".
- *
- * Call before anything else is loaded, so that every later user of
- * setTimeout, setInterval and Worker gets the counting versions.
+ * A second line behind the Workers: a fingerprint of this realm's globals
+ * and built-in prototypes. No job runs in this realm or holds a reference
+ * into it, so it never changes; if it ever did, the runner replaces the
+ * child. `begin()` takes the fingerprint before a job, `isClean()` compares.
  */
 export function watchRealm() {
   const ownKeys = Reflect.ownKeys;
   const same = Object.is;
   const describe = Reflect.getOwnPropertyDescriptor;
-  const pending = new Set();
-  let workers = 0;
-  const { setTimeout, setInterval, clearTimeout, clearInterval, Worker } = globalThis;
-  const add = apply.bind(null, Set.prototype.add);
-  const remove = apply.bind(null, Set.prototype.delete);
-  globalThis.setTimeout = function (callback, delay, ...args) {
-    const id = apply(setTimeout, globalThis, [function () {
-      remove(pending, [id]);
-      return typeof callback === "function" ? apply(callback, this, args) : undefined;
-    }, delay]);
-    add(pending, [id]);
-    return id;
-  };
-  globalThis.setInterval = function (...args) {
-    const id = apply(setInterval, globalThis, args);
-    add(pending, [id]);
-    return id;
-  };
-  globalThis.clearTimeout = (id) => (remove(pending, [id]), apply(clearTimeout, globalThis, [id]));
-  globalThis.clearInterval = (id) => (remove(pending, [id]), apply(clearInterval, globalThis, [id]));
-  if (Worker) {
-    globalThis.Worker = new Proxy(Worker, { construct: (target, args, newTarget) => (workers++, Reflect.construct(target, args, newTarget)) });
-  }
-
   const watched = [
     globalThis, Object, Object.prototype, Function.prototype, Array, Array.prototype, String.prototype,
     Number.prototype, Boolean.prototype, Symbol, Symbol.prototype, Promise, Promise.prototype, Map.prototype,
     Set.prototype, WeakMap.prototype, RegExp.prototype, Error.prototype, JSON, Math, Reflect, ArrayBuffer.prototype,
-    DataView.prototype, Uint8Array.prototype, Object.getPrototypeOf(Uint8Array.prototype), TextDecoder.prototype,
-    TextEncoder.prototype, WebAssembly, WebAssembly.Module.prototype, WebAssembly.Instance.prototype,
-    WebAssembly.Table.prototype, WebAssembly.Global.prototype, Deno,
+    DataView.prototype, Uint8Array, Uint8Array.prototype, Object.getPrototypeOf(Uint8Array.prototype),
+    TextDecoder.prototype, TextEncoder.prototype, WebAssembly, WebAssembly.Module.prototype,
+    WebAssembly.Instance.prototype, WebAssembly.Memory.prototype, Worker.prototype, console, Deno, Deno.stdout,
   ];
   const fingerprint = () => {
     const parts = [];
@@ -314,11 +348,9 @@ export function watchRealm() {
   let before = [];
   return {
     begin() {
-      workers = 0;
       before = fingerprint();
     },
     isClean() {
-      if (workers > 0 || pending.size > 0) return false;
       const after = fingerprint();
       if (after.length !== before.length) return false;
       for (let i = 0; i < after.length; i++) if (!same(after[i], before[i])) return false;

@@ -2,6 +2,16 @@
 // `runtime/prepare` makes outside node_modules: the Python child runs with
 // npm resolution off, since Deno skips its read check for paths with a
 // node_modules segment when it is on.
+//
+// Two ways in:
+//
+// - `loadPyodideFrom`, for setup-time tools (snapshot.mjs, packages.mjs),
+//   which may read the directory.
+// - `readAssets` in the harness's realm, while it may still read, then
+//   `instanceBuilder` inside a job's Worker (python-job.mjs), which reads
+//   nothing: the files come from memory, and the wasm module compiled once
+//   in the harness is shared by every Worker (posting a compiled module to
+//   a Worker does not compile it again).
 import * as childProcess from "node:child_process";
 import * as crypto from "node:crypto";
 import * as fs from "node:fs";
@@ -51,27 +61,41 @@ export async function loadPyodideFrom(dir, options = {}) {
   });
 }
 
-/**
- * For the shared lane: reads Pyodide's files and the memory snapshot from
- * `dir` while the child still has read access, and returns a function that
- * builds a new, independent Pyodide instance, restored from its own copy of
- * the snapshot, with no file access at all. Each call costs about a third
- * of a fresh child's boot: the compiled wasm module is shared, and the
- * files come from memory.
- *
- * Pyodide reads its files through `node:fs/promises` and offers no hook for
- * that, so the instances come from a copy of `pyodide.mjs`, imported from a
- * `blob:` URL, whose one import of `node:fs/promises` is replaced by a
- * module that serves the files read here. Both blob URLs are revoked once
- * imported, so a job cannot import either module again.
- */
-export async function pyodideFactory(dir, snapshotPath) {
-  const read = (name) => Deno.readFileSync(`${dir}/${name}`);
-  const wasm = read("pyodide.asm.wasm");
-  const lock = new TextDecoder().decode(read("pyodide-lock.json"));
-  const snapshot = snapshotPath ? Deno.readFileSync(snapshotPath) : null;
-  const packages = readPackages(dir);
+/** Where Pyodide's loader imports `node:fs/promises`, which a Worker's copy serves from memory. */
+const PATCH_POINT = 'import("node:fs/promises")';
 
+/**
+ * Reads what a Worker needs to build Pyodide instances (in the harness's
+ * realm, while it may read) and compiles the wasm module. Everything in it
+ * can be posted to a Worker; the snapshot is copied for each one.
+ */
+export async function readAssets(dir, snapshotPath) {
+  const read = (name) => Deno.readFileSync(`${dir}/${name}`);
+  const loader = new TextDecoder().decode(read("pyodide.mjs"));
+  if (loader.split(PATCH_POINT).length !== 2) {
+    throw new Error(`pyodide.mjs no longer has exactly one ${PATCH_POINT}: update pyodide.mjs for this Pyodide`);
+  }
+  return {
+    dir,
+    module: await WebAssembly.compile(read("pyodide.asm.wasm")),
+    script: new TextDecoder().decode(read("pyodide.asm.js")),
+    loader,
+    stdlib: read("python_stdlib.zip"),
+    lock: new TextDecoder().decode(read("pyodide-lock.json")),
+    packages: readPackages(dir),
+    snapshot: snapshotPath ? Deno.readFileSync(snapshotPath) : null,
+  };
+}
+
+/**
+ * In a job's Worker: returns a function that builds a Pyodide instance from
+ * `assets` (see `readAssets`), restored from the snapshot (or from
+ * `options._loadSnapshot`). `scriptUrl` is where Pyodide's Emscripten
+ * script is imported from: its file while the child may still read (Deno
+ * then uses its code cache), else a `blob:` URL of `assets.script`.
+ */
+export async function instanceBuilder(assets, scriptUrl) {
+  const { dir } = assets;
   const files = blobModule(`
     export const files = new Map();
     export async function readFile(path, options) {
@@ -79,28 +103,23 @@ export async function pyodideFactory(dir, snapshotPath) {
       if (!bytes) throw new Error("runbox: Pyodide asked for a file it was not given: " + path);
       return options ? new TextDecoder().decode(bytes) : bytes;
     }`);
-  const served = await import(files.url);
-  files.revoke();
-  served.files.set(`${dir}/pyodide.asm.wasm`, wasm);
-  served.files.set(`${dir}/python_stdlib.zip`, read("python_stdlib.zip"));
+  const served = await import(files);
+  URL.revokeObjectURL(files);
+  // Pyodide reads the wasm file and instantiates what it read: it gets a
+  // placeholder, which the wrapper below swaps for the compiled module.
+  const placeholder = new Uint8Array(1);
+  served.files.set(`${dir}/pyodide.asm.wasm`, placeholder);
+  served.files.set(`${dir}/python_stdlib.zip`, assets.stdlib);
+  const patched = blobModule(assets.loader.replace(PATCH_POINT, `import(${JSON.stringify(files)})`));
+  const { loadPyodide } = await import(patched);
+  URL.revokeObjectURL(patched);
+  await withShims(dir, () => import(scriptUrl));
 
-  const PATCH_POINT = 'import("node:fs/promises")';
-  const source = new TextDecoder().decode(read("pyodide.mjs"));
-  if (source.split(PATCH_POINT).length !== 2) {
-    throw new Error(`pyodide.mjs no longer has exactly one ${PATCH_POINT}: update pyodideFactory for this Pyodide`);
-  }
-  const patched = blobModule(source.replace(PATCH_POINT, `import(${JSON.stringify(files.url)})`));
-  const { loadPyodide } = await import(patched.url);
-  patched.revoke();
-
-  // Compiled once; Pyodide's instantiate call is redirected to it while an
-  // instance is being built.
-  const compiled = await WebAssembly.compile(wasm);
   const instantiate = WebAssembly.instantiate;
   return async (options = {}) => {
     WebAssembly.instantiate = function (source, imports) {
-      if (source?.buffer === wasm.buffer) {
-        return instantiate(compiled, imports).then((instance) => ({ instance, module: compiled }));
+      if (source === placeholder || source?.buffer === placeholder.buffer) {
+        return instantiate(assets.module, imports).then((instance) => ({ instance, module: assets.module }));
       }
       return Reflect.apply(instantiate, WebAssembly, arguments);
     };
@@ -108,27 +127,16 @@ export async function pyodideFactory(dir, snapshotPath) {
       const pyodide = await withShims(dir, () =>
         loadPyodide({
           indexURL: `${dir}/`,
-          lockFileContents: lock,
-          ...(snapshot ? { _loadSnapshot: snapshot } : {}),
+          lockFileContents: assets.lock,
+          ...(assets.snapshot ? { _loadSnapshot: assets.snapshot } : {}),
           ...options,
         }));
-      // Restoring copied the snapshot into the instance's own memory. The
-      // buffer itself is shared by every instance, so the reference Pyodide
-      // keeps to it, which a job could reach and write through, is dropped.
       pyodide._api.config._loadSnapshot = undefined;
-      return installPackages(pyodide, packages);
+      return installPackages(pyodide, assets.packages);
     } finally {
       WebAssembly.instantiate = instantiate;
     }
   };
-}
-
-/**
- * Loads Pyodide's Emscripten script now, while the child may still read
- * it: an instance built later, after read access is gone, finds it loaded.
- */
-export async function preloadScript(dir) {
-  await withShims(dir, () => import(`file://${dir}/pyodide.asm.js`));
 }
 
 /** Runs `load` with the globals Pyodide's Emscripten script expects in Node. */
@@ -144,7 +152,7 @@ async function withShims(dir, load) {
   }
 }
 
+/** A `blob:` URL for module `source`. */
 function blobModule(source) {
-  const url = URL.createObjectURL(new Blob([source], { type: "text/javascript" }));
-  return { url, revoke: () => URL.revokeObjectURL(url) };
+  return URL.createObjectURL(new Blob([source], { type: "text/javascript" }));
 }

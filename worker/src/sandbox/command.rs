@@ -23,6 +23,7 @@ use nix::unistd::{Gid, Uid, setgid, setgroups, setuid};
 use runbox_common::Language;
 use tokio::process::Command;
 
+use super::channel::ChannelPaths;
 use super::{Isolation, Limits, NetworkIsolation, Runtime};
 
 const DENY_ALL: &[&str] = &[
@@ -36,7 +37,6 @@ const DENY_ALL: &[&str] = &[
     "--deny-run",
     "--deny-ffi",
     "--deny-sys",
-    "--deny-write",
     "--deny-env",
 ];
 
@@ -69,6 +69,11 @@ pub enum ChildMode {
 }
 
 impl ChildMode {
+    /// Whether the child gets a control channel (see `channel.rs`).
+    pub fn has_channel(self) -> bool {
+        self != ChildMode::Single
+    }
+
     fn arg(self) -> Option<&'static str> {
         match self {
             ChildMode::Single => None,
@@ -89,32 +94,62 @@ pub fn deno_command(
 ) -> Command {
     let mut args: Vec<OsString> = vec!["run".into()];
     args.extend(DENY_ALL.iter().map(OsString::from));
-    // A shared child collects the garbage of finished jobs' instances itself.
-    let gc = if mode == ChildMode::Shared { ",--expose-gc" } else { "" };
-    args.push(format!("--v8-flags=--max-old-space-size={}{gc}", limits.memory_mb).into());
+    // A child with a channel opens its two FIFOs while it boots, and reads
+    // the harness files it starts job Workers from; it revokes both before
+    // any job runs. Every other write is denied.
+    let channel = mode.has_channel().then(|| ChannelPaths::in_dir(dir));
+    let harness_dir = runtime.js_harness.parent().map(Path::to_path_buf).unwrap_or_default();
+    match &channel {
+        Some(channel) => {
+            let mut writable: OsString = "--allow-write=".into();
+            writable.push(&channel.results);
+            args.push(writable);
+        }
+        None => args.push("--deny-write".into()),
+    }
+    let mut channel_args: Vec<OsString> = Vec::new();
+    if let Some(channel) = &channel {
+        channel_args.extend(mode.arg().map(OsString::from));
+        channel_args.push(channel.frames.clone().into());
+        channel_args.push(channel.results.clone().into());
+    }
+    args.push(format!("--v8-flags=--max-old-space-size={}", limits.memory_mb).into());
     match language {
         Language::Javascript | Language::Typescript => {
             // The job's `files`, written there just before the program
             // arrives, and nothing else.
             let mut readable: OsString = "--allow-read=".into();
-            readable.push(dir.join(FILES_DIR));
+            match &channel {
+                Some(channel) => {
+                    readable.push(&harness_dir);
+                    readable.push(",");
+                    readable.push(&channel.frames);
+                }
+                None => readable.push(dir.join(FILES_DIR)),
+            }
             args.push(readable);
             args.push(runtime.js_harness.clone().into());
-            args.extend(mode.arg().map(OsString::from));
+            args.extend(channel_args);
         }
         Language::Python => {
             let mut readable: OsString = "--allow-read=".into();
             readable.push(&runtime.pyodide_dir);
+            readable.push(",");
+            readable.push(&harness_dir);
             if let Some(snapshot) = &runtime.snapshot {
                 readable.push(",");
                 readable.push(snapshot);
+            }
+            if let Some(channel) = &channel {
+                readable.push(",");
+                readable.push(&channel.frames);
             }
             args.push(readable);
             args.push(runtime.python_harness.clone().into());
             args.push(runtime.pyodide_dir.clone().into());
             args.push(runtime.snapshot.as_ref().map_or_else(|| "-".into(), |s| s.clone().into_os_string()));
             args.push(limits.memory_mb.to_string().into());
-            args.extend(mode.arg().map(OsString::from));
+            args.extend(channel_args);
         }
     }
 

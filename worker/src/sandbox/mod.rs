@@ -20,6 +20,7 @@
 //! shared lane instead ([`shared`]): one long-lived child runs them one
 //! after another, each in a fresh interpreter, under the same limits.
 
+mod channel;
 mod child;
 mod command;
 mod isolation;
@@ -40,7 +41,7 @@ pub use command::MAX_FILE_BYTES;
 pub use isolation::{Isolation, NetworkIsolation};
 pub use pool::{PoolConfig, RunReport, Runner};
 pub use runtime::{DEFAULT_RUNTIME_DIR, Runtime, SNAPSHOT_FILE};
-pub use session::{BootedSession, Restore, SessionChild, SessionError};
+pub use session::{BootedSession, Replayed, Restore, SessionChild, SessionError};
 pub use shared::SharedLane;
 
 /// Errors that keep a run from starting. Once a child runs, every ending is

@@ -3,8 +3,8 @@
 //! cap covers the session's whole life).
 //!
 //! It is a shared-lane child in `session` mode (see
-//! `runtime/harness/session.mjs`): execs use the same frames and end
-//! markers. What a session adds is opening (from nothing or from a
+//! `runtime/harness/python.mjs` and `js.mjs`): execs use the same frames, end
+//! markers and reports. What a session adds is opening (from nothing or from a
 //! checkpoint) and taking a checkpoint:
 //!
 //! - Python: a Pyodide memory snapshot of the live interpreter plus the
@@ -15,21 +15,15 @@
 use std::time::Duration;
 
 use runbox_common::{JobSpec, Language, Outcome};
-use tokio::io::AsyncReadExt;
 use tokio_util::sync::CancellationToken;
 
 use super::child::kill_group;
 use super::command::ChildMode;
-use super::output::capture_until;
-use super::shared::{END_MARKER, Ending, Kind, SharedChild};
+use super::shared::{Bounds, Ending, Exchange, Kind, SharedChild};
 use super::{Sandbox, SandboxError};
 
-/// What the harness writes before a checkpoint's length and bytes.
-const CHECKPOINT_MARKER: &str = "\u{6}runbox-checkpoint:";
-
-/// How long opening may take: restoring a large snapshot, or replaying a
-/// long log.
-const OPEN_TIMEOUT: Duration = Duration::from_secs(120);
+/// How long restoring a Python checkpoint may take.
+const RESTORE_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// How long taking a snapshot and sending it may take.
 const CHECKPOINT_TIMEOUT: Duration = Duration::from_secs(60);
@@ -37,14 +31,23 @@ const CHECKPOINT_TIMEOUT: Duration = Duration::from_secs(60);
 /// Stderr kept from opening or a failed checkpoint: enough for the reason.
 const MESSAGE_CAP: usize = 8 * 1024;
 
+/// The largest checkpoint a session child may send, before compression: its
+/// memory image (at most the memory cap) and its files in base64 (which live
+/// in that memory too), with room to spare. Checked before anything is
+/// allocated: the child is untrusted.
+fn max_checkpoint_bytes(memory_mb: u32) -> usize {
+    (usize::try_from(memory_mb).unwrap_or(usize::MAX) * 3 + 64) << 20
+}
+
 /// What a new session child starts from.
 #[derive(Debug, Clone)]
 pub enum Restore {
     Fresh,
     /// A Python checkpoint, as the harness wrote it.
     Memory(Vec<u8>),
-    /// The programs of a JavaScript session, to run again in order.
-    Replay(Vec<String>),
+    /// The programs of a JavaScript session, to run again in order, each
+    /// under its own timeout.
+    Replay(Vec<Replayed>),
 }
 
 /// Why a session child could not open or checkpoint.
@@ -56,11 +59,40 @@ pub enum SessionError {
     Failed(String),
 }
 
+/// One exec of a JavaScript session's log: its program and the timeout it ran under.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct Replayed {
+    pub code: String,
+    pub timeout_ms: u64,
+}
+
+impl Replayed {
+    /// A checkpoint's log: `[{code, timeout_ms}]`, or the older list of
+    /// programs alone, which replay under `default_ms`.
+    pub fn parse_log(bytes: &[u8], default_ms: u64) -> Result<Vec<Replayed>, serde_json::Error> {
+        #[derive(serde::Deserialize)]
+        #[serde(untagged)]
+        enum Entry {
+            Full(Replayed),
+            Code(String),
+        }
+        let entries: Vec<Entry> = serde_json::from_slice(bytes)?;
+        Ok(entries
+            .into_iter()
+            .map(|entry| match entry {
+                Entry::Full(replayed) => replayed,
+                Entry::Code(code) => Replayed { code, timeout_ms: default_ms },
+            })
+            .collect())
+    }
+}
+
 /// A live session child.
 pub struct SessionChild {
     inner: SharedChild,
     /// Its JavaScript programs so far, for a checkpoint by replay.
-    replay: Vec<String>,
+    replay: Vec<Replayed>,
+    memory_mb: u32,
 }
 
 /// The open frame: what the harness needs before the first exec.
@@ -68,9 +100,10 @@ pub struct SessionChild {
 struct OpenFrame<'a> {
     op: &'static str,
     nonce: &'a str,
+    memory_mb: u32,
     checkpoint_bytes: usize,
-    #[serde(skip_serializing_if = "<[String]>::is_empty")]
-    replay: &'a [String],
+    #[serde(skip_serializing_if = "<[Replayed]>::is_empty")]
+    replay: &'a [Replayed],
 }
 
 /// A session child booted as far as it goes before its session exists
@@ -78,6 +111,9 @@ struct OpenFrame<'a> {
 /// spare, so that a new session waits only for opening.
 pub struct BootedSession {
     inner: Option<SharedChild>,
+    memory_mb: u32,
+    /// The longest a job may run: the bound of a whole replay.
+    max_job: Duration,
 }
 
 impl BootedSession {
@@ -86,7 +122,8 @@ impl BootedSession {
             return Err(SessionError::Failed("sessions run python or javascript".into()));
         }
         let inner = SharedChild::boot(sandbox, "session", Kind::of(language), ChildMode::Session).await?;
-        Ok(BootedSession { inner: Some(inner) })
+        let (memory_mb, max_job) = (sandbox.limits.memory_mb, sandbox.limits.timeouts.max);
+        Ok(BootedSession { inner: Some(inner), memory_mb, max_job })
     }
 
     /// Whether the process is still there, waiting.
@@ -94,43 +131,33 @@ impl BootedSession {
         self.inner.as_mut().is_some_and(|inner| matches!(inner.child.try_wait(), Ok(None)))
     }
 
-    /// Opens the session from `restore`.
+    /// Opens the session from `restore`. A replay runs each exec under its
+    /// own timeout (the harness ends it), and all of them under the job
+    /// maximum (the runner ends it).
     pub async fn open(mut self, restore: Restore) -> Result<SessionChild, SessionError> {
         let Some(mut inner) = self.inner.take() else { return Err(died()) };
         let nonce = uuid::Uuid::new_v4().simple().to_string();
-        let (memory, replay): (&[u8], Vec<String>) = match &restore {
-            Restore::Fresh => (&[], Vec::new()),
-            Restore::Memory(bytes) => (bytes, Vec::new()),
-            Restore::Replay(programs) => (&[], programs.clone()),
+        let (memory, replay, deadline): (&[u8], Vec<Replayed>, Duration) = match &restore {
+            Restore::Fresh => (&[], Vec::new(), RESTORE_TIMEOUT),
+            Restore::Memory(bytes) => (bytes, Vec::new(), RESTORE_TIMEOUT),
+            Restore::Replay(programs) => (&[], programs.clone(), self.max_job),
         };
-        let frame = OpenFrame { op: "open", nonce: &nonce, checkpoint_bytes: memory.len(), replay: &replay };
-        let opened = tokio::time::timeout(OPEN_TIMEOUT, async {
-            send(&mut inner, &frame, memory).await?;
-            let out_marker = format!("{END_MARKER}{nonce}:").into_bytes();
-            let err_marker = format!("{END_MARKER}{nonce}\n").into_bytes();
-            // Replayed programs' output is dropped: only the marker matters.
-            let (out, err) = tokio::join!(
-                capture_until(&mut inner.stdout, 0, &out_marker),
-                capture_until(&mut inner.stderr, MESSAGE_CAP, &err_marker)
-            );
-            match (out.1, err.1) {
-                (Some(rest), Some(_)) => match inner.read_status(rest, true).await {
-                    Ending::Finished { status: 0, .. } => Ok(()),
-                    _ => Err(SessionError::Failed(reason(&err.0.text(), "the session did not open"))),
-                },
-                _ => Err(SessionError::Failed(reason(&err.0.text(), "the session's process ended while opening"))),
-            }
-        })
-        .await;
-        match opened {
-            Ok(Ok(())) => Ok(SessionChild { inner, replay }),
-            Ok(Err(e)) => {
+        let frame = OpenFrame {
+            op: "open",
+            nonce: &nonce,
+            memory_mb: self.memory_mb,
+            checkpoint_bytes: memory.len(),
+            replay: &replay,
+        };
+        let bounds =
+            Bounds { deadline, stdout_cap: 0, stderr_cap: MESSAGE_CAP, max_bytes: 0, memory_mb: self.memory_mb };
+        // Replayed programs' output is dropped: only the end matters.
+        let exchange = exchange(&mut inner, &frame, memory, &nonce, &bounds).await;
+        match exchange.ending {
+            Ending::Finished { status: 0, .. } => Ok(SessionChild { inner, replay, memory_mb: self.memory_mb }),
+            ending => {
                 kill_group(&inner.child);
-                Err(e)
-            }
-            Err(_) => {
-                kill_group(&inner.child);
-                Err(SessionError::Failed(format!("opening the session took longer than {OPEN_TIMEOUT:?}")))
+                Err(SessionError::Failed(why(&ending, &exchange.stderr.text(), "the session did not open")))
             }
         }
     }
@@ -155,7 +182,8 @@ impl SessionChild {
     pub async fn exec(&mut self, spec: &JobSpec, sandbox: &Sandbox, cancel: &CancellationToken) -> (Outcome, bool) {
         let (outcome, alive) = self.inner.run(spec, sandbox, cancel).await;
         if alive && self.inner.kind == Kind::Js {
-            self.replay.push(spec.code.clone());
+            let timeout_ms = u64::try_from(sandbox.limits.timeout_for(spec).as_millis()).unwrap_or(u64::MAX);
+            self.replay.push(Replayed { code: spec.code.clone(), timeout_ms });
         }
         (outcome, alive)
     }
@@ -167,55 +195,24 @@ impl SessionChild {
         }
         let nonce = uuid::Uuid::new_v4().simple().to_string();
         let frame = serde_json::json!({ "op": "checkpoint", "nonce": nonce });
-        let taken = tokio::time::timeout(CHECKPOINT_TIMEOUT, async {
-            send(&mut self.inner, &frame, &[]).await?;
-            let marker = format!("{CHECKPOINT_MARKER}{nonce}:").into_bytes();
-            let (_, rest) = capture_until(&mut self.inner.stdout, 0, &marker).await;
-            let Some(mut rest) = rest else { return Err(died()) };
-            // `<length>\n`, then exactly that many bytes.
-            while !rest.contains(&b'\n') {
-                if rest.len() > 32 {
-                    return Err(died());
-                }
-                let mut more = [0u8; 32];
-                match self.inner.stdout.read(&mut more).await {
-                    Ok(0) | Err(_) => return Err(died()),
-                    Ok(n) => rest.extend_from_slice(&more[..n]),
-                }
+        let bounds = Bounds {
+            deadline: CHECKPOINT_TIMEOUT,
+            stdout_cap: 0,
+            stderr_cap: MESSAGE_CAP,
+            max_bytes: max_checkpoint_bytes(self.memory_mb),
+            memory_mb: self.memory_mb,
+        };
+        let exchange = exchange(&mut self.inner, &frame, &[], &nonce, &bounds).await;
+        match exchange.ending {
+            Ending::Finished { status: 0, .. } if !exchange.bytes.is_empty() => Ok(exchange.bytes),
+            Ending::Finished { error, .. } => Err(SessionError::Failed(error.map_or_else(
+                || "the checkpoint failed".to_owned(),
+                |e| format!("could not checkpoint the session: {e}"),
+            ))),
+            ending => {
+                kill_group(&self.inner.child);
+                Err(SessionError::Failed(why(&ending, &exchange.stderr.text(), "the checkpoint failed")))
             }
-            let newline = rest.iter().position(|b| *b == b'\n').unwrap_or(0);
-            let length: usize = String::from_utf8_lossy(&rest[..newline])
-                .parse()
-                .map_err(|_| SessionError::Failed("bad checkpoint header".into()))?;
-            let mut bytes = rest.split_off(newline + 1);
-            if bytes.len() < length {
-                let have = bytes.len();
-                bytes.resize(length, 0);
-                self.inner.stdout.read_exact(&mut bytes[have..]).await.map_err(|_| died())?;
-            }
-            let tail = bytes.split_off(length.min(bytes.len()));
-            let out_marker = format!("{END_MARKER}{nonce}:").into_bytes();
-            let err_marker = format!("{END_MARKER}{nonce}\n").into_bytes();
-            let after = async {
-                // The end marker may have arrived with the bytes already.
-                match find(&tail, &out_marker) {
-                    Some(at) => (Default::default(), Some(tail[at + out_marker.len()..].to_vec())),
-                    None => capture_until(&mut self.inner.stdout, 0, &out_marker).await,
-                }
-            };
-            let (out, err) = tokio::join!(after, capture_until(&mut self.inner.stderr, MESSAGE_CAP, &err_marker));
-            let out: (super::output::Captured, Option<Vec<u8>>) = out;
-            let Some(rest) = out.1 else { return Err(died()) };
-            match self.inner.read_status(rest, true).await {
-                Ending::Finished { status: 0, .. } if length > 0 => Ok(bytes),
-                Ending::Finished { .. } => Err(SessionError::Failed(reason(&err.0.text(), "the checkpoint failed"))),
-                _ => Err(died()),
-            }
-        })
-        .await;
-        match taken {
-            Ok(result) => result,
-            Err(_) => Err(SessionError::Failed(format!("the checkpoint took longer than {CHECKPOINT_TIMEOUT:?}"))),
         }
     }
 
@@ -231,25 +228,32 @@ impl Drop for SessionChild {
     }
 }
 
-/// Sends `frame` (JSON) and then `bytes` raw.
-async fn send(inner: &mut SharedChild, frame: &impl serde::Serialize, bytes: &[u8]) -> Result<(), SessionError> {
-    let frame = serde_json::to_vec(frame).map_err(|e| SessionError::Failed(e.to_string()))?;
-    if inner.send(&frame, bytes).await { Ok(()) } else { Err(died()) }
+/// One exchange with the session's harness (see [`SharedChild::exchange`]).
+async fn exchange(
+    inner: &mut SharedChild,
+    frame: &impl serde::Serialize,
+    bytes: &[u8],
+    nonce: &str,
+    bounds: &Bounds,
+) -> Exchange {
+    let frame = serde_json::to_vec(frame).unwrap_or_default();
+    inner.exchange(&frame, bytes, nonce, bounds, &CancellationToken::new()).await
 }
 
 fn died() -> SessionError {
     SessionError::Failed("the session's process stopped answering".into())
 }
 
-/// The harness's own message from `stderr`, or `fallback`.
-fn reason(stderr: &str, fallback: &str) -> String {
-    stderr
-        .lines()
-        .rev()
-        .find_map(|line| line.strip_prefix("runbox: "))
-        .map_or_else(|| fallback.to_owned(), str::to_owned)
-}
-
-fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
-    haystack.windows(needle.len()).position(|w| w == needle)
+/// Why a step failed: the harness's reason, its own message on stderr, or `fallback`.
+fn why(ending: &Ending, stderr: &str, fallback: &str) -> String {
+    match ending {
+        Ending::Finished { error: Some(error), .. } => error.clone(),
+        Ending::TimedOut => format!("{fallback}: it took too long"),
+        Ending::Broken(e) => format!("{fallback}: the session's process broke the protocol ({e})"),
+        _ => stderr
+            .lines()
+            .rev()
+            .find_map(|line| line.strip_prefix("runbox: "))
+            .map_or_else(|| fallback.to_owned(), str::to_owned),
+    }
 }

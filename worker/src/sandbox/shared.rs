@@ -14,31 +14,37 @@
 //! Unchanged from the default lane: the deny-all flags, and each job's
 //! timeout, memory cap and output caps. What differs:
 //!
-//! - Jobs share a process and its JS realm. Only jobs of one batch, whose
-//!   id is the lane key and which has one owner, ever meet in a child.
+//! - Jobs share a process, but not a realm: each runs in a Worker of its
+//!   own, and the harness's realm, which holds the channel and the nonces,
+//!   is out of every job's reach (see `runtime/harness/protocol.mjs`).
+//!   Only jobs of one batch, whose id is the lane key and which has one
+//!   owner, ever meet in a child.
 //! - A timeout, cancellation or memory death kills the child, as in the
 //!   default lane; the batch's next job gets another one.
-//! - A child is replaced whenever a job may have left something behind: the
-//!   harness reports timers, Workers or changed globals, a thread appears
-//!   that the runtime does not start by itself, or bytes arrive outside a job.
-//! - The runner tells jobs' output apart by end markers that carry a nonce
-//!   the program never sees (see `runtime/harness/protocol.mjs`).
+//! - A child is replaced whenever a job may have left something behind: a
+//!   thread is left that the runtime does not start by itself (a job's
+//!   Worker that did not stop), bytes arrive outside a job, or the
+//!   harness's realm changed (a second line: no job can reach it).
+//! - Frames and reports travel on the child's control channel
+//!   ([`Channel`]), which no job can reach; the runner tells jobs' output
+//!   apart by end markers that carry a nonce no job sees.
 
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
-use runbox_common::{InputFile, JobSpec, Language, Outcome, Status};
+use runbox_common::{InputFile, JobSpec, Language, MAX_RETURN_FILES, Outcome, OutputFile, Status};
 use tempfile::TempDir;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::process::{Child, ChildStderr, ChildStdin, ChildStdout};
+use tokio::io::AsyncReadExt;
+use tokio::process::{Child, ChildStderr, ChildStdout};
 use tokio_util::sync::CancellationToken;
 
+use super::channel::{Channel, ChannelError, ChannelPaths, Report};
 use super::child::{
-    FILES_MARKER, Frame, MEMORY_MARKER, RUNTIME_RSS_ALLOWANCE_MB, ReturnFrame, classify, job_dir, kill_group, outcome,
-    spawn_ready, watch_rss,
+    BOOT_TIMEOUT, Frame, MemorySample, RUNTIME_RSS_ALLOWANCE_MB, ReturnFrame, classify, confirms_out_of_memory,
+    give_to_child, job_dir, kill_group, outcome, watch_rss,
 };
-use super::command::ChildMode;
-use super::output::{Captured, FILES_SECTION_LIMIT, capture_after, capture_until, returned_files};
+use super::command::{ChildMode, deno_command};
+use super::output::{Captured, capture_until};
 use super::{RunReport, Sandbox, SandboxError};
 
 /// What the harness writes after each job, before the job's nonce.
@@ -60,11 +66,6 @@ const RUNTIME_THREADS: &[&str] = &["deno", "V8 DefaultWorke", "tokio-runtime-w"]
 /// is terminated at the job's end, and its thread exits a few milliseconds
 /// later: up to this long is waited for before a child counts as unclean.
 const WORKER_THREAD_EXIT: Duration = Duration::from_millis(500);
-
-/// Words in a JS or TS program that keep it out of the shared lane: its
-/// Worker shares the child's stdin, which carries the frames, and Node's
-/// `process` (exit, stdin, argv) behaves as one program per process.
-const JS_SOLO_WORDS: &[&str] = &["stdin", "process", "readline", "prompt", "/dev/", "readFileSync(0"];
 
 /// How long a child may take to take a frame, or to finish its end marker.
 const PIPE_TIMEOUT: Duration = Duration::from_secs(5);
@@ -109,16 +110,13 @@ impl SharedLane {
     }
 
     /// Whether `spec` runs in this lane: a job of a shared batch, unless
-    /// it is a JS or TS job with stdin, files, or code that names one of
-    /// [`JS_SOLO_WORDS`].
+    /// it is a JS or TS job with stdin or files, which a JS job reads from
+    /// the process's stdin and disk, or asks files back.
     pub fn takes(spec: &JobSpec) -> Option<&str> {
         let fits = match spec.language {
             Language::Python => true,
             Language::Javascript | Language::Typescript => {
-                spec.stdin.is_empty()
-                    && spec.files.is_empty()
-                    && spec.return_files.is_none()
-                    && !JS_SOLO_WORDS.iter().any(|word| spec.code.contains(word))
+                spec.stdin.is_empty() && spec.files.is_empty() && spec.return_files.is_none()
             }
         };
         spec.shared_lane.as_deref().filter(|_| fits)
@@ -229,9 +227,9 @@ enum Threads {
 /// runs one session's execs in one interpreter.
 pub(super) struct SharedChild {
     pub(super) child: Child,
-    pub(super) stdin: ChildStdin,
-    pub(super) stdout: ChildStdout,
-    pub(super) stderr: ChildStderr,
+    stdout: ChildStdout,
+    stderr: ChildStderr,
+    channel: Channel,
     /// The batch whose jobs this child runs, and which of them.
     lane: String,
     pub(super) kind: Kind,
@@ -241,22 +239,49 @@ pub(super) struct SharedChild {
     _dir: TempDir,
 }
 
-/// How a job in a shared child ended, before it is an [`Outcome`].
+/// How a job (or a session's step) in a shared child ended, before it is an [`Outcome`].
 pub(super) enum Ending {
-    /// The harness wrote both end markers: the program's exit status, and
-    /// whether the child is still fit for another job.
+    /// The harness reported the end.
     Finished {
-        status: i32,
+        status: u8,
+        /// The harness's realm is unchanged, and nothing came outside the job's output.
         clean: bool,
         /// A session's harness interrupted the exec at its deadline; the
         /// session lives on.
         interrupted: bool,
+        /// The program ended on an allocation failure, and the process's
+        /// memory bears that out.
+        out_of_memory: bool,
+        /// Why an open or a checkpoint failed.
+        error: Option<String>,
     },
-    /// The child exited (or closed its pipes) without them.
+    /// The child exited, or closed its channel, without an end.
     Died,
+    /// The child broke the protocol (an oversized or malformed report).
+    Broken(ChannelError),
     TimedOut,
     Cancelled,
     OverMemory,
+}
+
+/// What one exchange with a shared child's harness gave back.
+pub(super) struct Exchange {
+    pub ending: Ending,
+    pub stdout: Captured,
+    pub stderr: Captured,
+    pub files: Option<(Vec<OutputFile>, bool)>,
+    /// The raw bytes of a checkpoint report.
+    pub bytes: Vec<u8>,
+}
+
+/// The limits of one exchange.
+pub(super) struct Bounds {
+    pub deadline: Duration,
+    pub stdout_cap: usize,
+    pub stderr_cap: usize,
+    /// Raw bytes a report may announce.
+    pub max_bytes: usize,
+    pub memory_mb: u32,
 }
 
 impl SharedChild {
@@ -269,11 +294,34 @@ impl SharedChild {
         let language = if kind == Kind::Python { Language::Python } else { Language::Javascript };
         let prepare = {
             let sandbox = sandbox.clone();
-            tokio::task::spawn_blocking(move || job_dir(&sandbox, language))
+            tokio::task::spawn_blocking(move || {
+                let dir = job_dir(&sandbox, language)?;
+                let paths = ChannelPaths::in_dir(dir.path());
+                paths.make()?;
+                give_to_child(&paths.frames, &sandbox)?;
+                give_to_child(&paths.results, &sandbox)?;
+                std::io::Result::Ok((dir, paths))
+            })
         };
-        let dir = prepare.await.map_err(std::io::Error::other)??;
-        let (child, stdin, stdout, stderr) = spawn_ready(sandbox, language, dir.path(), mode).await?;
-        Ok(SharedChild { child, stdin, stdout, stderr, lane: lane.to_owned(), kind, jobs: 0, _dir: dir })
+        let (dir, paths) = prepare.await.map_err(std::io::Error::other)??;
+        let mut channel = Channel::open(&paths)?;
+        let mut child = deno_command(&sandbox.runtime, &sandbox.isolation, &sandbox.limits, language, dir.path(), mode)
+            .spawn()
+            .map_err(SandboxError::Spawn)?;
+        // Its stdin stays empty and closed: a job that reads it reads nothing.
+        drop(child.stdin.take());
+        let (Some(stdout), Some(mut stderr)) = (child.stdout.take(), child.stderr.take()) else {
+            return Err(SandboxError::Boot("child has no stdio pipes".into()));
+        };
+        let ready = tokio::time::timeout(BOOT_TIMEOUT, channel.report(0)).await;
+        if !matches!(ready, Ok(Ok((Report::Ready, _)))) {
+            kill_group(&child);
+            let _ = child.wait().await;
+            let mut message = Vec::new();
+            let _ = tokio::time::timeout(DRAIN_TIMEOUT, (&mut stderr).take(8192).read_to_end(&mut message)).await;
+            return Err(SandboxError::Boot(String::from_utf8_lossy(&message).trim().to_owned()));
+        }
+        Ok(SharedChild { child, stdout, stderr, channel, lane: lane.to_owned(), kind, jobs: 0, _dir: dir })
     }
 
     /// Alive, with only the runtime's own threads, once terminated Workers'
@@ -344,149 +392,148 @@ impl SharedChild {
             Ok(frame) => frame,
             Err(e) => return (Outcome::internal_error(format!("could not encode the job: {e}")), true),
         };
-        let started = Instant::now();
-        if !self.send(&frame, &[]).await {
-            return (Outcome::internal_error("the shared runtime stopped taking jobs"), false);
-        }
-
         let cap = sandbox.limits.max_output_bytes;
-        let out_marker = format!("{END_MARKER}{nonce}:").into_bytes();
-        let err_marker = format!("{END_MARKER}{nonce}\n").into_bytes();
-        let allowance = RUNTIME_RSS_ALLOWANCE_MB + GARBAGE_ALLOWANCE_MB;
-        let rss_limit = (u64::from(sandbox.limits.memory_mb) + allowance) * 1024 * 1024;
-        let files_marker = ReturnFrame::of(spec).map(|_| format!("{FILES_MARKER}{nonce}\n").into_bytes());
-        let pid = self.child.id();
-        let stdout = &mut self.stdout;
-        // stdout: the program's output, then the files it asked back, if
-        // any, then the end marker.
-        let read_stdout = async {
-            let Some(files_marker) = &files_marker else {
-                let (captured, rest) = capture_until(stdout, cap, &out_marker).await;
-                return (captured, None, rest);
-            };
-            let (captured, rest) = capture_until(stdout, cap, files_marker).await;
-            let Some(rest) = rest else { return (captured, None, None) };
-            let (section, rest) = capture_after(stdout, rest, FILES_SECTION_LIMIT, &out_marker).await;
-            let section = if section.truncated { Vec::new() } else { section.bytes };
-            (captured, Some(section), rest)
-        };
-        let (ending, (out, files, out_rest), (err, err_rest)) = {
-            let mut out = std::pin::pin!(read_stdout);
-            let mut err = std::pin::pin!(capture_until(&mut self.stderr, cap, &err_marker));
-            let stopped = tokio::select! {
-                (out, err) = async { tokio::join!(&mut out, &mut err) } => Err((out, err)),
-                () = tokio::time::sleep(deadline) => Ok(Ending::TimedOut),
-                () = cancel.cancelled() => Ok(Ending::Cancelled),
-                () = watch_rss(pid, rss_limit) => Ok(Ending::OverMemory),
-            };
-            match stopped {
-                Err((out, err)) => (Ending::Died, out, err),
-                Ok(ending) => {
-                    // Killed: the pipes close, and what was read so far is kept.
-                    kill_group(&self.child);
-                    let out = tokio::time::timeout(DRAIN_TIMEOUT, &mut out).await.unwrap_or_default();
-                    let err = tokio::time::timeout(DRAIN_TIMEOUT, &mut err).await.unwrap_or_default();
-                    (ending, out, err)
-                }
-            }
-        };
+        let bounds =
+            Bounds { deadline, stdout_cap: cap, stderr_cap: cap, max_bytes: 0, memory_mb: sandbox.limits.memory_mb };
+        let started = Instant::now();
+        let exchange = self.exchange(&frame, &[], &nonce, &bounds, cancel).await;
         let duration = started.elapsed();
-        let ending = match (ending, out_rest, err_rest) {
-            // Bytes after stderr's marker were written outside any job.
-            (Ending::Died, Some(rest), Some(err_rest)) => self.read_status(rest, err_rest.is_empty()).await,
-            (ending, ..) => ending,
-        };
+        let Exchange { ending, stdout, stderr, files, .. } = exchange;
         // A session lives on after any exec its harness finished, whatever
         // the exec left running.
         let finished = matches!(ending, Ending::Finished { .. });
-        let (mut outcome, reusable) = self.finish(ending, out, err, duration, spec, &nonce).await;
+        let (mut outcome, reusable) = self.finish(ending, stdout, stderr, duration, spec).await;
         self.jobs += 1;
         let reusable = if in_session { finished } else { reusable && self.jobs < MAX_JOBS_PER_CHILD };
-        if let Some(section) = files {
-            (outcome.files, outcome.files_truncated) = returned_files(&section);
+        if let Some((kept, truncated)) = files {
+            let valid = kept.len() <= MAX_RETURN_FILES && kept.iter().all(|f| InputFile::check_path(&f.path).is_ok());
+            (outcome.files, outcome.files_truncated) = if valid { (kept, truncated) } else { (Vec::new(), true) };
         }
         (outcome, reusable)
     }
 
-    /// Sends `frame` with its length header, then `bytes` raw (a session's
-    /// checkpoint), within [`PIPE_TIMEOUT`] plus a second per 16 MiB of
-    /// `bytes`. False if the child did not take them.
-    pub(super) async fn send(&mut self, frame: &[u8], bytes: &[u8]) -> bool {
-        let header = format!("{}\n", frame.len());
-        let limit = PIPE_TIMEOUT + Duration::from_secs(bytes.len() as u64 >> 24);
-        let sent = tokio::time::timeout(limit, async {
-            self.stdin.write_all(header.as_bytes()).await?;
-            self.stdin.write_all(frame).await?;
-            self.stdin.write_all(bytes).await?;
-            self.stdin.flush().await
-        })
-        .await;
-        matches!(sent, Ok(Ok(())))
-    }
-
-    /// Reads the rest of stdout's end marker, `<status>:<flag>\n`, of
-    /// which `rest` has arrived. The flag is 1 for clean, 0 for unclean, 2
-    /// for a session exec interrupted at its deadline.
-    pub(super) async fn read_status(&mut self, mut rest: Vec<u8>, quiet: bool) -> Ending {
-        let read = tokio::time::timeout(PIPE_TIMEOUT, async {
-            while !rest.contains(&b'\n') && rest.len() < 32 {
-                let mut byte = [0u8; 32];
-                match self.stdout.read(&mut byte).await {
-                    Ok(0) | Err(_) => return false,
-                    Ok(n) => rest.extend_from_slice(&byte[..n]),
+    /// Sends `frame` and `bytes`, then reads the job's output up to its end
+    /// markers and the harness's reports up to its end, within `bounds`.
+    /// On a timeout, a cancellation, a memory death or a broken protocol
+    /// the child is killed, and what was read so far is kept.
+    pub(super) async fn exchange(
+        &mut self,
+        frame: &[u8],
+        bytes: &[u8],
+        nonce: &str,
+        bounds: &Bounds,
+        cancel: &CancellationToken,
+    ) -> Exchange {
+        let marker = format!("{END_MARKER}{nonce}\n").into_bytes();
+        let allowance = RUNTIME_RSS_ALLOWANCE_MB + GARBAGE_ALLOWANCE_MB;
+        let rss_limit = (u64::from(bounds.memory_mb) + allowance) * 1024 * 1024;
+        let pid = self.child.id();
+        let before = pid.and_then(MemorySample::of);
+        let send_limit = PIPE_TIMEOUT + Duration::from_secs(bytes.len() as u64 >> 24);
+        let sent = tokio::time::timeout(send_limit, self.channel.send(frame, bytes)).await;
+        if !matches!(sent, Ok(Ok(()))) {
+            kill_group(&self.child);
+            return Exchange {
+                ending: Ending::Died,
+                stdout: Captured::default(),
+                stderr: Captured::default(),
+                files: None,
+                bytes: Vec::new(),
+            };
+        }
+        let child = &self.child;
+        let channel = &mut self.channel;
+        let reports = async {
+            let mut files = None;
+            let mut data = Vec::new();
+            loop {
+                match channel.report(bounds.max_bytes).await {
+                    Ok((Report::Files { files: kept, truncated }, _)) => files = Some((kept, truncated)),
+                    Ok((Report::Checkpoint { .. }, bytes)) => data = bytes,
+                    Ok((end @ Report::End { .. }, _)) => return (Ok(end), files, data),
+                    Ok((Report::Ready, _)) => {
+                        kill_group(child);
+                        return (Err(ChannelError::Malformed("a second ready".into())), files, data);
+                    }
+                    Err(e) => {
+                        // Its pipes close now, so the output readers finish.
+                        kill_group(child);
+                        return (Err(e), files, data);
+                    }
                 }
             }
-            true
-        })
-        .await;
-        let text = String::from_utf8_lossy(&rest);
-        let parsed = text
-            .strip_suffix('\n')
-            .and_then(|line| line.split_once(':'))
-            .and_then(|(status, flag)| Some((status.parse::<i32>().ok()?, flag.to_owned())));
-        match (read, parsed) {
-            (Ok(true), Some((status, flag))) => {
-                Ending::Finished { status, clean: flag != "0" && quiet, interrupted: flag == "2" }
+        };
+        let mut out = std::pin::pin!(capture_until(&mut self.stdout, bounds.stdout_cap, &marker));
+        let mut err = std::pin::pin!(capture_until(&mut self.stderr, bounds.stderr_cap, &marker));
+        let mut reports = std::pin::pin!(reports);
+        let stopped = tokio::select! {
+            all = async { tokio::join!(&mut out, &mut err, &mut reports) } => Ok(all),
+            () = tokio::time::sleep(bounds.deadline) => Err(Ending::TimedOut),
+            () = cancel.cancelled() => Err(Ending::Cancelled),
+            () = watch_rss(pid, rss_limit) => Err(Ending::OverMemory),
+        };
+        let ((stdout, out_rest), (stderr, err_rest), (end, files, data)) = match stopped {
+            Ok(all) => all,
+            Err(ending) => {
+                kill_group(&self.child);
+                let out = tokio::time::timeout(DRAIN_TIMEOUT, &mut out).await.unwrap_or_default();
+                let err = tokio::time::timeout(DRAIN_TIMEOUT, &mut err).await.unwrap_or_default();
+                return Exchange { ending, stdout: out.0, stderr: err.0, files: None, bytes: Vec::new() };
             }
-            _ => Ending::Died,
-        }
+        };
+        // Output after a marker was written outside any job.
+        let stray = !out_rest.is_some_and(|rest| rest.is_empty()) || !err_rest.is_some_and(|rest| rest.is_empty());
+        let ending = match end {
+            Ok(Report::End { status, clean, interrupted, memory, error }) => Ending::Finished {
+                status,
+                clean: clean && !stray,
+                interrupted,
+                out_of_memory: memory
+                    && confirms_out_of_memory(before, pid.and_then(MemorySample::of), bounds.memory_mb),
+                error,
+            },
+            Ok(_) | Err(ChannelError::Closed) => Ending::Died,
+            Err(e) => Ending::Broken(e),
+        };
+        Exchange { ending, stdout, stderr, files, bytes: data }
     }
 
     async fn finish(
         &mut self,
         ending: Ending,
         stdout: Captured,
-        mut stderr: Captured,
+        stderr: Captured,
         duration: Duration,
         spec: &JobSpec,
-        nonce: &str,
     ) -> (Outcome, bool) {
         let (status, exit_code, signal, reusable) = match ending {
+            Ending::Finished { interrupted: true, .. } => (Status::Timeout, None, None, true),
+            Ending::Finished { out_of_memory: true, .. } => (Status::MemoryExceeded, None, None, false),
             // A job Worker's thread still exiting is waited for when the
             // child is taken for the next job, not here, where it would
             // hold up this job's result.
-            Ending::Finished { interrupted: true, .. } => (Status::Timeout, None, None, true),
             Ending::Finished { status, clean, .. } => {
-                (Status::Completed, Some(status), None, clean && !matches!(self.threads(), Threads::Dirty))
+                let reusable = clean && !matches!(self.threads(), Threads::Dirty);
+                (Status::Completed, Some(i32::from(status)), None, reusable)
             }
             Ending::TimedOut => (Status::Timeout, None, None, false),
             Ending::Cancelled => (Status::Cancelled, None, None, false),
             Ending::OverMemory => (Status::MemoryExceeded, None, None, false),
-            Ending::Died => {
-                let exited = tokio::time::timeout(DRAIN_TIMEOUT, self.child.wait()).await;
-                let memory_reported = stderr.strip_trailing(format!("{MEMORY_MARKER}{nonce}\n").as_bytes());
-                match exited {
-                    _ if memory_reported => (Status::MemoryExceeded, None, None, false),
-                    Ok(Ok(exit)) => {
-                        let (status, code, signal) = classify(exit, &stderr);
-                        (status, code, signal, false)
-                    }
-                    _ => {
-                        kill_group(&self.child);
-                        (Status::InternalError, None, None, false)
-                    }
-                }
+            Ending::Broken(e) => {
+                tracing::error!(error = %e, "a shared child broke the protocol; it is ended");
+                kill_group(&self.child);
+                (Status::InternalError, None, None, false)
             }
+            Ending::Died => match tokio::time::timeout(DRAIN_TIMEOUT, self.child.wait()).await {
+                Ok(Ok(exit)) => {
+                    let (status, code, signal) = classify(exit, &stderr);
+                    (status, code, signal, false)
+                }
+                _ => {
+                    kill_group(&self.child);
+                    (Status::InternalError, None, None, false)
+                }
+            },
         };
         (outcome(spec, status, exit_code, signal, &stdout, &stderr, duration), reusable)
     }

@@ -1,0 +1,119 @@
+// One shared-lane JavaScript or TypeScript job, in a Worker of its own
+// (see js.mjs). This module and the program share the Worker's realm, which
+// is thrown away with the job; nothing here is trusted. It posts one
+// report, `{status, allocation}`, once the program is done: its module has
+// run, and every timer it set has fired (a program ends when its event loop
+// is empty, as in a child of its own). An uncaught error ends it with 1,
+// printed as Deno prints one.
+const post = self.postMessage.bind(self);
+const encoder = new TextEncoder();
+const writeError = (text) => Deno.stderr.writeSync(encoder.encode(text));
+class Exit {}
+let ended = false;
+
+function end(status, allocation = false) {
+  if (ended) return;
+  ended = true;
+  post({ status, allocation });
+}
+
+function uncaught(error) {
+  if (ended) return;
+  let text;
+  try {
+    text = String(error?.stack ?? error);
+  } catch {
+    text = "(the error could not be printed)";
+  }
+  writeError(`error: Uncaught ${text}\n`);
+  const allocation = error instanceof RangeError &&
+    /allocation failed|Out of memory|could not allocate memory/i.test(String(error.message));
+  end(1, allocation);
+}
+
+const { promise: started, resolve: start } = Promise.withResolvers();
+self.onmessage = ({ data }) => {
+  self.onmessage = null;
+  start(data);
+};
+const job = await started;
+const typescript = job.language === "typescript";
+const program = URL.createObjectURL(
+  new Blob([job.code], { type: typescript ? "application/typescript" : "text/javascript" }),
+);
+const define = (object, name, value) =>
+  Object.defineProperty(object, name, { value, configurable: true, writable: true });
+define(Deno, "args", Object.freeze([...job.args]));
+define(Deno, "mainModule", typescript ? "file:///main.ts" : "file:///main.js");
+define(Deno, "execPath", () => "deno");
+// Node's `process` names host paths too. Loading it costs a Worker about
+// 60 ms of CPU, so only for a program that mentions it.
+if (/\bprocess\b/.test(job.code) && globalThis.process) {
+  const process = globalThis.process;
+  define(process, "argv", ["deno", typescript ? "/main.ts" : "/main.js", ...job.args]);
+  define(process, "argv0", "deno");
+  define(process, "execPath", "deno");
+  define(process, "execArgv", []);
+}
+// Deno.exit ends the program where it stands: the report goes first, then
+// the Worker closes, and the throw unwinds what called it.
+define(Deno, "exit", (code = 0) => {
+  end(Number(code) & 0xff);
+  self.close();
+  throw new Exit();
+});
+
+const timers = new Set();
+let idle = null;
+const settle = () => {
+  if (timers.size === 0 && idle) idle();
+};
+const { setTimeout, setInterval, clearTimeout, clearInterval } = globalThis;
+globalThis.setTimeout = function (callback, delay, ...args) {
+  const id = setTimeout(() => {
+    timers.delete(id);
+    try {
+      if (typeof callback === "function") callback(...args);
+    } finally {
+      settle();
+    }
+  }, delay);
+  timers.add(id);
+  return id;
+};
+globalThis.setInterval = function (callback, delay, ...args) {
+  const id = setInterval(callback, delay, ...args);
+  timers.add(id);
+  return id;
+};
+globalThis.clearTimeout = (id) => {
+  timers.delete(id);
+  clearTimeout(id);
+  settle();
+};
+globalThis.clearInterval = (id) => {
+  timers.delete(id);
+  clearInterval(id);
+  settle();
+};
+self.addEventListener("error", (event) => {
+  event.preventDefault();
+  uncaught(event.error);
+});
+self.addEventListener("unhandledrejection", (event) => {
+  event.preventDefault();
+  uncaught(event.reason);
+});
+
+try {
+  await import(program);
+} catch (error) {
+  if (!(error instanceof Exit)) uncaught(error);
+}
+// Until the program's timers have all run, and what they queued has too.
+for (;;) {
+  if (timers.size > 0) await new Promise((resolve) => (idle = resolve));
+  await new Promise((resolve) => setTimeout(resolve, 0));
+  if (timers.size === 0) break;
+}
+end(0);

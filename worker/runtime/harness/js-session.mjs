@@ -1,0 +1,119 @@
+// A JavaScript session's realm: one Worker that runs the session's execs,
+// one after another, for as long as the session lives (see js.mjs). This
+// module and the execs share the realm; nothing here is trusted.
+//
+// Each exec runs as a classic script (`vm.runInThisContext`), so its
+// top-level `let`, `const`, `class` and `function` declarations stay
+// visible to the next, as in a REPL. A script has no top-level `await` or
+// `import`: an exec that does not compile as one runs as a module instead,
+// in the same realm, whose declarations are its own (assign to
+// `globalThis` to keep a value).
+//
+// An exec ends once its code has run, the promise it completed with (if
+// any) has settled, and the timeouts it set have fired; an error thrown by
+// any of them fails it. Intervals and Workers live on with the session.
+// The Worker posts `{ready: true}` once it can take execs, then one
+// report, `{status, allocation}`, per exec.
+const { runInThisContext } = await import("node:vm");
+const encoder = new TextEncoder();
+const writeError = (text) => Deno.stderr.writeSync(encoder.encode(text));
+const post = self.postMessage.bind(self);
+
+// Scripts see Node's `process`, which names host paths.
+const process = runInThisContext("globalThis.process ?? process");
+for (const [name, value] of [["argv", ["deno", "/main.js"]], ["argv0", "deno"], ["execPath", "deno"], ["execArgv", []]]) {
+  try {
+    Object.defineProperty(process, name, { value, configurable: true, writable: true });
+  } catch {
+    // Not configurable in this Deno: the path stays visible (documented).
+  }
+}
+for (const [name, value] of [["mainModule", "file:///main.js"], ["execPath", () => "deno"], ["args", []]]) {
+  Object.defineProperty(Deno, name, { value, configurable: true, writable: true });
+}
+
+const isThenable = (value) =>
+  value !== null && (typeof value === "object" || typeof value === "function") && typeof value.then === "function";
+const withoutVmFrames = (text) => text.split("\n").filter((line) => !line.includes("ext:deno_node/vm.js")).join("\n");
+
+let current = null;
+function report(error, prefix = "") {
+  let text;
+  try {
+    text = withoutVmFrames(String(error?.stack ?? error));
+  } catch {
+    text = "(the error could not be printed)";
+  }
+  writeError(`error: Uncaught ${prefix}${text}\n`);
+  if (!current) return;
+  current.failed = true;
+  current.allocation ||= error instanceof RangeError &&
+    /allocation failed|Out of memory|could not allocate memory/i.test(String(error.message));
+}
+
+// The timeouts each exec sets, so that it ends after they have fired.
+const { setTimeout, clearTimeout } = globalThis;
+const pending = new Set();
+let settled = null;
+globalThis.setTimeout = function (callback, delay, ...args) {
+  const id = setTimeout(() => {
+    pending.delete(id);
+    try {
+      if (typeof callback === "function") callback(...args);
+    } finally {
+      if (pending.size === 0 && settled) settled();
+    }
+  }, delay);
+  if (current) pending.add(id);
+  return id;
+};
+globalThis.clearTimeout = (id) => {
+  pending.delete(id);
+  clearTimeout(id);
+  if (pending.size === 0 && settled) settled();
+};
+globalThis.addEventListener("unhandledrejection", (event) => {
+  event.preventDefault();
+  report(event.reason, "(in promise) ");
+});
+globalThis.addEventListener("error", (event) => {
+  event.preventDefault();
+  report(event.error ?? event.message);
+});
+
+let execs = 0;
+async function run(code) {
+  execs += 1;
+  current = { failed: false, allocation: false };
+  try {
+    let value;
+    try {
+      value = runInThisContext(code, { filename: `exec-${execs}.js`, displayErrors: false });
+    } catch (error) {
+      // A syntax error as a script: most often top-level await or import.
+      if (!(error instanceof SyntaxError)) throw error;
+      const url = URL.createObjectURL(new Blob([code], { type: "text/javascript" }));
+      try {
+        await import(url);
+      } finally {
+        URL.revokeObjectURL(url);
+      }
+    }
+    if (isThenable(value)) await value;
+  } catch (error) {
+    report(error);
+  }
+  while (pending.size > 0) await new Promise((resolve) => (settled = resolve));
+  settled = null;
+  // Callbacks queued for now (resolved promises, 0 ms timers) print before the end.
+  await new Promise((resolve) => setTimeout(resolve, 0));
+  const { failed, allocation } = current;
+  current = null;
+  post({ status: failed ? 1 : 0, allocation });
+}
+
+let queue = Promise.resolve();
+self.onmessage = ({ data }) => {
+  queue = queue.then(() => run(String(data.code)));
+};
+post({ ready: true });

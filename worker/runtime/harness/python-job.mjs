@@ -1,0 +1,269 @@
+// The Python side of a job: a Worker that builds one Pyodide instance and
+// runs programs in it (see python.mjs, which starts it). The instance, its
+// `import js` realm and this module are the job's, thrown away with it;
+// nothing here is trusted, and nothing of the harness is reachable from it.
+//
+// Messages in, from the harness:
+//
+// - `{op: "init", assets, scriptUrl, loaderUrl, runner, memoryMb, build, interrupt}`,
+//   first: loads Pyodide's scripts; builds the instance at once when
+//   `build` is true (a job's Worker), or waits for `open` (a session's).
+// - `{op: "open", checkpoint}` (a session): builds the instance, restored
+//   from the checkpoint's bytes when given.
+// - `{op: "run", job, session}`: runs one program (`session`: in the
+//   session's `__main__`).
+// - `{op: "checkpoint"}` (a session): the instance's memory and files.
+//
+// Each gets one reply: `{ok, message}` for init and open, `{status,
+// memoryError, files}` for run, `{bytes}` or `{message}` for checkpoint.
+const post = self.postMessage.bind(self);
+const stdoutWrite = Deno.stdout.writeSync.bind(Deno.stdout);
+const stderrWrite = Deno.stderr.writeSync.bind(Deno.stderr);
+const encoder = new TextEncoder();
+
+// Added to the exit status the runner returns when the program ended on a MemoryError.
+const MEMORY_FLAG = 0x100;
+const CHECKPOINT_MAGIC = encoder.encode("RBXS");
+const SESSION_DIRS = ["/home/pyodide", "/tmp"];
+
+let init = null;
+let build = null;
+let instance = null;
+let execs = 0;
+const memories = [];
+
+self.onmessage = async ({ data }) => {
+  let reply;
+  try {
+    reply = await handle(data);
+  } catch (error) {
+    reply = { ok: false, message: String(error?.message ?? error) };
+  }
+  post(reply);
+};
+
+async function handle(message) {
+  switch (message.op) {
+    case "init": {
+      init = message;
+      capWasmMemory(init.memoryMb);
+      const { instanceBuilder } = await import(init.loaderUrl);
+      build = await instanceBuilder(init.assets, init.scriptUrl);
+      if (init.build) instance = prepare(await build());
+      return { ok: true };
+    }
+    case "open": {
+      const restored = message.checkpoint ? unpack(message.checkpoint) : null;
+      instance = prepare(await build({ _makeSnapshot: true, ...(restored ? { _loadSnapshot: restored.memory } : {}) }));
+      if (restored) writeFiles(instance.pyodide.FS, restored.files.map((file) => ({ ...file, encoding: "base64" })));
+      if (init.interrupt) instance.pyodide.setInterruptBuffer(new Uint8Array(init.interrupt, 0, 1));
+      return { ok: true };
+    }
+    case "run":
+      return await run(message.job, message.session === true);
+    case "checkpoint":
+      return checkpoint();
+  }
+  return { ok: false, message: `unknown op ${message.op}` };
+}
+
+/** Connects a booted Pyodide to the process's stdout and stderr and loads the runner into it. */
+function prepare(pyodide) {
+  const sink = (write) => ({
+    write: (bytes) => {
+      let at = 0;
+      while (at < bytes.length) at += write(bytes.subarray(at));
+      return bytes.length;
+    },
+  });
+  pyodide.setStdout(sink(stdoutWrite));
+  pyodide.setStderr(sink(stderrWrite));
+  // Plain exec, not runPython: Pyodide's eval_code parses the source with
+  // `ast` first, and the instance's first call after it ran markedly slower.
+  const globals = pyodide.toPy({ PACKAGES_ZIP: "/lib/packages.zip", MEMORY_FLAG });
+  pyodide.pyimport("builtins").exec(init.runner, globals);
+  return { pyodide, runMain: globals.get("run_main"), runInSession: globals.get("run_in_session") };
+}
+
+/** Runs one program; returns its exit status, whether it ended on a MemoryError, and its files. */
+async function run(job, inSession) {
+  const { pyodide, runMain, runInSession } = instance;
+  writeFiles(pyodide.FS, job.files ?? []);
+  // Returned files are found from where the program started, wherever it went.
+  const home = pyodide.FS.cwd();
+  const stdin = encoder.encode(job.stdin ?? "");
+  let consumed = 0;
+  pyodide.setStdin({
+    read(buffer) {
+      const n = Math.min(buffer.length, stdin.length - consumed);
+      buffer.set(stdin.subarray(consumed, consumed + n));
+      consumed += n;
+      return n;
+    },
+  });
+  // callPromising lets the program block on JS promises (run_until_complete,
+  // run_sync) through WebAssembly stack switching.
+  execs += 1;
+  const result = inSession
+    ? await runInSession.callPromising(job.code, `<exec ${execs}>`)
+    : await runMain.callPromising(job.code, job.args ?? []);
+  const memoryError = (result & MEMORY_FLAG) !== 0 && largestMemory() >= (job.memory_mb * 1024 * 1024) / 2;
+  const files = job.return_files ? filesWritten(pyodide.FS, home, job) : null;
+  return { status: result & 0xff, memoryError, files };
+}
+
+/** The session's checkpoint: MAGIC, the files as JSON (its length first, 4 bytes little-endian), the memory image. */
+function checkpoint() {
+  try {
+    const memory = instance.pyodide.makeMemorySnapshot();
+    const json = encoder.encode(JSON.stringify(readFiles(instance.pyodide.FS)));
+    const out = new Uint8Array(CHECKPOINT_MAGIC.length + 4 + json.length + memory.length);
+    out.set(CHECKPOINT_MAGIC, 0);
+    new DataView(out.buffer).setUint32(CHECKPOINT_MAGIC.length, json.length, true);
+    out.set(json, CHECKPOINT_MAGIC.length + 4);
+    out.set(memory, CHECKPOINT_MAGIC.length + 4 + json.length);
+    return { bytes: out };
+  } catch (error) {
+    const message = String(error?.message ?? error);
+    const why = /serialize/i.test(message)
+      ? "the session holds a JavaScript object (for example from `import js` or `pyodide.ffi`), " +
+        "which a memory snapshot cannot carry; delete the names that refer to one and try again"
+      : message;
+    return { message: why };
+  }
+}
+
+function unpack(bytes) {
+  for (let i = 0; i < CHECKPOINT_MAGIC.length; i++) {
+    if (bytes[i] !== CHECKPOINT_MAGIC[i]) throw new Error("not a runbox checkpoint");
+  }
+  const length = new DataView(bytes.buffer, bytes.byteOffset).getUint32(CHECKPOINT_MAGIC.length, true);
+  const at = CHECKPOINT_MAGIC.length + 4;
+  const files = JSON.parse(new TextDecoder().decode(bytes.subarray(at, at + length)));
+  // A copy: Pyodide reads the image through aligned typed arrays.
+  return { files, memory: bytes.slice(at + length) };
+}
+
+/** The regular files under the session's directories, base64. */
+function readFiles(FS) {
+  const files = [];
+  const walkInto = (dir) => {
+    let names;
+    try {
+      names = FS.readdir(dir);
+    } catch {
+      return;
+    }
+    for (const name of names) {
+      if (name === "." || name === "..") continue;
+      const path = `${dir}/${name}`;
+      const mode = FS.lstat(path).mode;
+      if (FS.isDir(mode)) walkInto(path);
+      else if (FS.isFile(mode)) files.push({ path, content: base64(FS.readFile(path)) });
+    }
+  };
+  for (const dir of SESSION_DIRS) walkInto(dir);
+  return files;
+}
+
+/**
+ * The files `job.return_files` asks for, under `home`, in path order: the
+ * listed paths that are regular files, or with `true` every regular file
+ * (links are not followed) except input files the program left unchanged.
+ * At most `max_files` files and `max_bytes` bytes in all are kept.
+ */
+function filesWritten(FS, home, job) {
+  const { want, max_files: maxFiles, max_bytes: maxBytes } = job.return_files;
+  const isFile = (path) => {
+    try {
+      return FS.isFile(FS.lstat(`${home}/${path}`).mode);
+    } catch {
+      return false;
+    }
+  };
+  const paths = want === true ? walk(FS, home, "") : want.filter(isFile);
+  paths.sort();
+  const given = new Map((job.files ?? []).map((file) => [file.path, file]));
+  const out = { files: [], truncated: false };
+  let budget = maxBytes;
+  for (const path of paths) {
+    const bytes = FS.readFile(`${home}/${path}`);
+    if (want === true && given.has(path) && sameBytes(bytes, inputBytes(given.get(path)))) continue;
+    if (out.files.length === maxFiles) {
+      out.truncated = true;
+      break;
+    }
+    const kept = bytes.subarray(0, budget);
+    budget -= kept.length;
+    const truncated = kept.length < bytes.length;
+    out.truncated ||= truncated;
+    out.files.push({ path, content: base64(kept), size: bytes.length, truncated });
+  }
+  return out;
+}
+
+/** Relative paths of the regular files under `dir`, not following links. */
+function walk(FS, dir, prefix) {
+  const found = [];
+  for (const name of FS.readdir(dir)) {
+    if (name === "." || name === "..") continue;
+    const mode = FS.lstat(`${dir}/${name}`).mode;
+    if (FS.isDir(mode)) found.push(...walk(FS, `${dir}/${name}`, `${prefix}${name}/`));
+    else if (FS.isFile(mode)) found.push(`${prefix}${name}`);
+  }
+  return found;
+}
+
+function sameBytes(a, b) {
+  if (a.length !== b.length) return false;
+  for (let i = 0; i < a.length; i++) if (a[i] !== b[i]) return false;
+  return true;
+}
+
+/** Puts files in Pyodide's in-memory file system (relative paths: under the working directory). */
+function writeFiles(FS, files) {
+  for (const file of files) {
+    const { path } = file;
+    const slash = path.lastIndexOf("/");
+    if (slash > 0) FS.mkdirTree(path.slice(0, slash));
+    FS.writeFile(path, inputBytes(file));
+  }
+}
+
+function inputBytes({ content, encoding }) {
+  return encoding === "base64" ? Uint8Array.from(atob(content), (c) => c.charCodeAt(0)) : encoder.encode(content);
+}
+
+function base64(bytes) {
+  let text = "";
+  for (let at = 0; at < bytes.length; at += 0x8000) {
+    text += String.fromCharCode.apply(null, bytes.subarray(at, at + 0x8000));
+  }
+  return btoa(text);
+}
+
+function largestMemory() {
+  let largest = 0;
+  for (const memory of memories) largest = Math.max(largest, memory.buffer.byteLength);
+  return largest;
+}
+
+/**
+ * Python's heap is WebAssembly memory, which V8's heap limit does not cover.
+ * Capping the maximum page count makes growth fail inside the allocator, so
+ * Python raises a clean MemoryError instead of the process being killed.
+ */
+function capWasmMemory(mb) {
+  const maxPages = mb > 0 ? Math.floor((mb * 1024 * 1024) / 65536) : 65536;
+  const Memory = WebAssembly.Memory;
+  function CappedMemory(descriptor) {
+    const maximum = Math.min(descriptor.maximum ?? maxPages, maxPages);
+    const initial = Math.min(descriptor.initial, maximum);
+    const memory = new Memory({ ...descriptor, initial, maximum });
+    // Pyodide's one-page shared memory (for Atomics.wait) is not its heap.
+    if (!descriptor.shared) memories.push(memory);
+    return memory;
+  }
+  CappedMemory.prototype = Memory.prototype;
+  WebAssembly.Memory = CappedMemory;
+}
