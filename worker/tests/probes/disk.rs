@@ -4,53 +4,9 @@
 //! `blob:` URLs). These probes flood each while a sampler measures the
 //! bytes really on disk under the job directories.
 
-use std::path::Path;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
-
-use runbox_common::{Language, Status};
+use runbox_common::Status;
 
 use crate::util::*;
-
-/// Bytes under `path`, counting what the files really occupy.
-fn disk_usage(path: &Path) -> u64 {
-    use std::os::unix::fs::MetadataExt;
-    let Ok(entries) = std::fs::read_dir(path) else { return 0 };
-    entries
-        .flatten()
-        .map(|entry| match entry.metadata() {
-            Ok(meta) if meta.is_dir() => disk_usage(&entry.path()),
-            Ok(meta) => meta.blocks() * 512,
-            Err(_) => 0,
-        })
-        .sum()
-}
-
-/// Runs `code` with job directories in a fresh work dir and returns the
-/// outcome and the most bytes seen on disk there while it ran.
-async fn peak_disk_use(language: Language, code: &str) -> (runbox_common::Outcome, u64) {
-    let work = tempfile::tempdir().expect("work dir");
-    let runner = runner_with(limits(), work.path()).await;
-    runner.wait_warm(language).await;
-    let peak = Arc::new(AtomicU64::new(0));
-    let sampler = {
-        let (peak, path) = (peak.clone(), work.path().to_owned());
-        tokio::spawn(async move {
-            loop {
-                let path = path.clone();
-                let used = tokio::task::spawn_blocking(move || disk_usage(&path)).await.unwrap_or(0);
-                peak.fetch_max(used, Ordering::Relaxed);
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-        })
-    };
-    let outcome = run_on(&runner, &spec(language, code)).await;
-    sampler.abort();
-    // What is left before the directory goes counts too.
-    let last = disk_usage(work.path());
-    (outcome, peak.load(Ordering::Relaxed).max(last))
-}
 
 /// A Worker that stores 200 KB entries in CacheStorage for about 3 s, then
 /// imports `data:` and `blob:` modules of MODULE_BYTES each (100 of each
@@ -82,7 +38,7 @@ console.log(JSON.stringify(result));
 
 #[tokio::test]
 async fn js_storage_and_module_caches_stay_off_disk() {
-    let (outcome, peak) = peak_disk_use(Js, &FLOOD.replace("MODULE_BYTES", "200000")).await;
+    let (outcome, DiskUse { peak, .. }) = peak_disk_use(Js, &FLOOD.replace("MODULE_BYTES", "200000")).await;
     assert_status(&outcome, Status::Completed);
     assert!(outcome.stdout.contains("\"stored\":0"), "{outcome:#?}");
     assert!(outcome.stdout.contains("Failed to create cache storage"), "{outcome:#?}");
@@ -102,7 +58,7 @@ async fn python_storage_and_module_caches_stay_bounded() {
                 .replace("MODULE_BYTES", "20000")
         )
     );
-    let (outcome, peak) = peak_disk_use(Py, &code).await;
+    let (outcome, DiskUse { peak, .. }) = peak_disk_use(Py, &code).await;
     assert_status(&outcome, Status::Completed);
     assert!(outcome.stdout.contains("\"stored\":0"), "{outcome:#?}");
     assert!(!outcome.stdout.contains("\"imported\":0"), "{outcome:#?}");

@@ -11,6 +11,7 @@ mod floods;
 mod harness;
 mod host;
 mod imports;
+mod integrity;
 mod network;
 mod packages;
 mod processes;

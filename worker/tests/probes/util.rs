@@ -1,9 +1,10 @@
 use std::path::Path;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use runbox_common::{JobSpec, Language, Outcome, SessionOp, SessionTask, Status, Timeouts};
-use runbox_worker::sandbox::{Limits, PoolConfig, Restore, Runner, Runtime, Sandbox, SessionChild};
+use runbox_common::{JobSpec, Language, Outcome, SessionOp, SessionTask, Status, Timeouts, Verdict};
+use runbox_worker::sandbox::{Limits, PoolConfig, Restore, Runner, Runtime, Sandbox, SessionChild, SharedLane};
 use tokio::sync::OnceCell;
 use tokio_util::sync::CancellationToken;
 
@@ -33,14 +34,20 @@ pub async fn sandbox() -> &'static Sandbox {
 }
 
 /// Whether probes run on warm pooled children (the default), on children
-/// booted for each job (`RUNBOX_PROBE_MODE=cold`), or as the first exec of
-/// a fresh session (`RUNBOX_PROBE_MODE=session`). CI runs all three.
+/// booted for each job (`RUNBOX_PROBE_MODE=cold`), as the first exec of a
+/// fresh session (`RUNBOX_PROBE_MODE=session`), or as the first job of a
+/// shared-lane batch whose second job is an honest program
+/// (`RUNBOX_PROBE_MODE=shared`). CI runs them all.
 pub fn pooled() -> bool {
     std::env::var("RUNBOX_PROBE_MODE").map_or(true, |mode| mode != "cold")
 }
 
 pub fn in_sessions() -> bool {
     std::env::var("RUNBOX_PROBE_MODE").is_ok_and(|mode| mode == "session")
+}
+
+pub fn in_shared_lane() -> bool {
+    std::env::var("RUNBOX_PROBE_MODE").is_ok_and(|mode| mode == "shared")
 }
 
 /// Whether `spec` runs as a session exec in session mode: sessions run
@@ -66,8 +73,9 @@ pub async fn runner_with(limits: Limits, work_dir: &Path) -> Runner {
     }
 }
 
-/// Runs `spec` on `runner`, from a warm child in pooled mode, or as the
-/// first exec of a new session in session mode.
+/// Runs `spec` on `runner`, from a warm child in pooled mode, as the
+/// first exec of a new session in session mode, or as the first job of a
+/// new shared-lane batch in shared mode.
 pub async fn run_on(runner: &Runner, spec: &JobSpec) -> Outcome {
     if in_sessions() && session_takes(spec) {
         let mut session =
@@ -76,12 +84,54 @@ pub async fn run_on(runner: &Runner, spec: &JobSpec) -> Outcome {
         let exec = JobSpec { session: Some(task), ..spec.clone() };
         return session.exec(&exec, runner.sandbox(), &CancellationToken::new()).await.0;
     }
+    if in_shared_lane()
+        && let Some(outcome) = run_in_shared_lane(runner, spec).await
+    {
+        return outcome;
+    }
     runner.wait_warm(spec.language).await;
     let report = runner.run(spec, &CancellationToken::new()).await;
     // A warm take is well under a millisecond, but a busy CI machine can
     // stretch it; a real boot takes tens of milliseconds at the very least.
     assert_eq!(report.boot < Duration::from_millis(5), pooled(), "ran in the wrong mode: {:?}", report.boot);
     report.outcome
+}
+
+/// Shared mode: runs `spec` as job 1 of a batch of its own in the shared
+/// lane, then an honest program of its language as job 2, and returns job
+/// 1's outcome once job 2's is exactly what that program does. None when
+/// the lane would not take `spec` (a JS job with stdin, say, or one that
+/// names `process`): it then runs on the usual path.
+async fn run_in_shared_lane(runner: &Runner, spec: &JobSpec) -> Option<Outcome> {
+    static LANES: AtomicU64 = AtomicU64::new(0);
+    if spec.shared_lane.is_some() {
+        return None;
+    }
+    let lane = format!("probe-{}-{}", std::process::id(), LANES.fetch_add(1, Ordering::Relaxed));
+    let first = JobSpec { shared_lane: Some(lane.clone()), ..spec.clone() };
+    SharedLane::takes(&first)?;
+    let report = runner.run(&first, &CancellationToken::new()).await;
+    // A new batch has no child of its own yet: job 1 always boots one.
+    assert!(report.boot >= Duration::from_millis(5), "job 1 did not get a child of its own: {:?}", report.boot);
+    let (code, stdin, stdout) = match spec.language {
+        Py => ("import sys\nprint(len(sys.stdin.read()), sum(range(10)))", "abc", "3 45\n"),
+        Js | Ts => ("console.log([1, 2, 3].map((x) => x * 2).join(), typeof leftover)", "", "2,4,6 undefined\n"),
+    };
+    let honest = JobSpec {
+        stdin: stdin.into(),
+        expected_stdout: Some(stdout.into()),
+        shared_lane: Some(lane),
+        ..JobSpec::new(spec.language, code)
+    };
+    let next = runner.run(&honest, &CancellationToken::new()).await.outcome;
+    let ran = (next.status, next.exit_code, next.signal, next.stdout.as_str(), next.stderr.as_str(), next.verdict);
+    assert_eq!(
+        ran,
+        (Status::Completed, Some(0), None, stdout, "", Some(Verdict::Accepted)),
+        "the honest job after this one in its batch did not run as it should: {next:#?}\nafter: {:#?}",
+        report.outcome
+    );
+    Some(report.outcome)
 }
 
 pub fn spec(language: Language, code: &str) -> JobSpec {
@@ -180,4 +230,73 @@ pub async fn exec_cli(language: Language, code: &str, env: &[(&str, &str)], extr
     assert!(output.status.success(), "runbox-worker exec failed: {output:?}");
     let outcome = serde_json::from_slice(&output.stdout).expect("outcome JSON");
     (outcome, sampler.await.expect("sampler"))
+}
+
+/// The most bytes a run had on disk under its job directories, and of
+/// those, under their DENO_DIRs' `gen` (where Deno caches what it
+/// transpiled, TypeScript modules a program imports among them).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct DiskUse {
+    pub peak: u64,
+    pub transpiled: u64,
+}
+
+/// Bytes under `path`, counting what the files really occupy.
+pub fn disk_usage(path: &Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(entries) = std::fs::read_dir(path) else { return 0 };
+    entries
+        .flatten()
+        .map(|entry| match entry.metadata() {
+            Ok(meta) if meta.is_dir() => disk_usage(&entry.path()),
+            Ok(meta) => meta.blocks() * 512,
+            Err(_) => 0,
+        })
+        .sum()
+}
+
+/// Bytes under `<job dir>/deno/gen` for each job directory in `work`.
+fn transpile_cache_usage(work: &Path) -> u64 {
+    let Ok(jobs) = std::fs::read_dir(work) else { return 0 };
+    jobs.flatten().map(|job| disk_usage(&job.path().join("deno").join("gen"))).sum()
+}
+
+/// Runs `code` in the probe mode with job directories in a fresh work dir,
+/// and returns its outcome and the most bytes seen on disk there while it
+/// ran (sampled every 50 ms, and once more at the end).
+pub async fn peak_disk_use(language: Language, code: &str) -> (Outcome, DiskUse) {
+    use std::sync::Mutex;
+    let work = tempfile::tempdir().expect("work dir");
+    let runner = runner_with(limits(), work.path()).await;
+    let seen = Arc::new(Mutex::new(DiskUse::default()));
+    let sample = {
+        let path = work.path().to_owned();
+        move || (disk_usage(&path), transpile_cache_usage(&path))
+    };
+    let record = {
+        let seen = seen.clone();
+        move |(used, transpiled): (u64, u64)| {
+            let mut seen = seen.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+            seen.peak = seen.peak.max(used);
+            seen.transpiled = seen.transpiled.max(transpiled);
+        }
+    };
+    let sampler = {
+        let (sample, record) = (sample.clone(), record.clone());
+        tokio::spawn(async move {
+            loop {
+                let sample = sample.clone();
+                if let Ok(used) = tokio::task::spawn_blocking(sample).await {
+                    record(used);
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        })
+    };
+    let outcome = run_on(&runner, &spec(language, code)).await;
+    sampler.abort();
+    // What is left before the directory goes counts too.
+    record(sample());
+    let seen = *seen.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    (outcome, seen)
 }
