@@ -222,14 +222,28 @@ impl JobSpec {
         }
     }
 
-    /// The verdict on `outcome`, when this spec says what to expect.
+    /// The verdict on `outcome`, when this spec says what to expect,
+    /// judging `outcome.stdout` as the whole of stdout. A worker keeps only
+    /// a capped prefix there, so it judges with [`JobSpec::verdict_with`].
     pub fn verdict(&self, outcome: &Outcome) -> Option<Verdict> {
+        self.verdict_with(outcome, |compare, expected| compare.matches(&outcome.stdout, expected))
+    }
+
+    /// The verdict on `outcome`, when this spec says what to expect, with
+    /// `stdout_matches(compare, expected)` saying whether everything the
+    /// program wrote on stdout matches (an [`crate::OutputDigest`] can say so
+    /// past the cap). It is asked only for a clean exit.
+    pub fn verdict_with(
+        &self,
+        outcome: &Outcome,
+        stdout_matches: impl FnOnce(Compare, &str) -> bool,
+    ) -> Option<Verdict> {
         let expected = self.expected_stdout.as_deref()?;
         Some(match outcome.status {
             Status::Timeout => Verdict::Timeout,
             Status::MemoryExceeded => Verdict::MemoryExceeded,
             Status::Completed if outcome.exit_code != Some(0) => Verdict::RuntimeError,
-            Status::Completed if self.compare.matches(&outcome.stdout, expected) => Verdict::Accepted,
+            Status::Completed if stdout_matches(self.compare, expected) => Verdict::Accepted,
             Status::Completed => Verdict::WrongAnswer,
             // Nothing to judge: the program did not run to an end of its own.
             _ => return None,
@@ -253,11 +267,19 @@ impl Compare {
         *self == Compare::Exact
     }
 
+    /// Whether `actual` matches `expected` under this comparison.
     pub fn matches(self, actual: &str, expected: &str) -> bool {
         match self {
             Compare::Exact => actual == expected,
             Compare::Trim => trimmed_lines(actual).eq(trimmed_lines(expected)),
         }
+    }
+
+    /// [`Compare::matches`] on the raw bytes a program wrote: bytes that are
+    /// not UTF-8 match no expected output (which is text), even where their
+    /// lossy decoding, U+FFFD, would.
+    pub fn matches_bytes(self, actual: &[u8], expected: &str) -> bool {
+        std::str::from_utf8(actual).is_ok_and(|actual| self.matches(actual, expected))
     }
 }
 

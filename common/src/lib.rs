@@ -17,6 +17,8 @@
 //! - `metrics`: the Prometheus registry both binaries export through.
 //! - `session`: sessions, their steps and their Redis operations
 //!   ([`SessionRecord`], [`SessionTask`], [`SessionLimits`]).
+//! - `verdict`: judging all of a program's stdout, past the output cap, in
+//!   constant memory ([`OutputDigest`]).
 //! - `workers`: what each worker reports of itself ([`WorkerInfo`]).
 
 mod config;
@@ -29,6 +31,7 @@ mod queue;
 mod session;
 mod sign;
 mod time;
+mod verdict;
 mod workers;
 
 pub use config::{ConfigError, SharedConfig, Timeouts, env_or, env_required};
@@ -47,4 +50,5 @@ pub use session::{
 };
 pub use sign::{MIN_SIGNING_KEY_BYTES, SigningKey};
 pub use time::{now_rfc3339, now_unix_ms, rfc3339_at_unix_ms};
+pub use verdict::OutputDigest;
 pub use workers::WorkerInfo;

@@ -24,4 +24,5 @@ mod roundtrip;
 mod sessions;
 mod signing;
 mod util;
+mod verdicts;
 mod verify;
