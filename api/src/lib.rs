@@ -152,8 +152,9 @@ pub async fn run(
         let stopping = stopping.clone();
         async move {
             shutdown.await;
-            tracing::info!("shutting down: answering long-polls, finishing requests");
+            // Before the log line: stopping must not depend on stderr.
             stopping.cancel();
+            tracing::info!("shutting down: answering long-polls, finishing requests");
         }
     });
     let server = axum::serve(listener, app(state)).with_graceful_shutdown(stopping.clone().cancelled_owned());

@@ -4,11 +4,12 @@ use anyhow::Context;
 use runbox_api::ApiConfig;
 
 fn main() -> ExitCode {
-    runbox_common::process::init_tracing();
+    let stderr = runbox_common::process::init_tracing();
     match run() {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("runbox-api: {e:#}");
+            // Not eprintln!, which panics on a closed stderr and blocks on a full one.
+            stderr.line(format_args!("runbox-api: {e:#}"));
             ExitCode::FAILURE
         }
     }

@@ -22,6 +22,7 @@ mod recovery;
 mod redis_setups;
 mod roundtrip;
 mod sessions;
+mod shutdown;
 mod signing;
 mod util;
 mod verdicts;

@@ -56,11 +56,12 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    runbox_common::process::init_tracing();
+    let stderr = runbox_common::process::init_tracing();
     match run() {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("runbox-worker: {e:#}");
+            // Not eprintln!, which panics on a closed stderr and blocks on a full one.
+            stderr.line(format_args!("runbox-worker: {e:#}"));
             ExitCode::FAILURE
         }
     }
@@ -72,7 +73,7 @@ fn run() -> anyhow::Result<()> {
     match cli.command {
         None => {
             let config = WorkerConfig::from_env()?;
-            runtime.block_on(runbox_worker::run(config, runbox_common::process::shutdown_signal()))?;
+            runtime.block_on(async { runbox_worker::run(config, runbox_common::process::shutdown_signal()).await })?;
         }
         Some(Command::Exec { language, file, stdin, timeout_ms }) => runtime.block_on(async {
             let code = if file.as_os_str() == "-" {
