@@ -41,8 +41,13 @@ const typescript = job.language === "typescript";
 const program = URL.createObjectURL(
   new Blob([job.code], { type: typescript ? "application/typescript" : "text/javascript" }),
 );
-const define = (object, name, value) =>
-  Object.defineProperty(object, name, { value, configurable: true, writable: true });
+const define = (object, name, value) => {
+  try {
+    Object.defineProperty(object, name, { value, configurable: true, writable: true });
+  } catch {
+    // Not configurable in this Deno: the path stays visible (documented).
+  }
+};
 define(Deno, "args", Object.freeze([...job.args]));
 define(Deno, "mainModule", typescript ? "file:///main.ts" : "file:///main.js");
 define(Deno, "execPath", () => "deno");

@@ -26,6 +26,42 @@ const MEMORY_FLAG = 0x100;
 const CHECKPOINT_MAGIC = encoder.encode("RBXS");
 const SESSION_DIRS = ["/home/pyodide", "/tmp"];
 
+// Web storage and WebGPU: see `dropPersistentStorage` in protocol.mjs.
+for (const name of ["localStorage", "sessionStorage", "caches"]) {
+  try {
+    delete globalThis[name];
+  } catch {
+    // Not configurable in this Deno: the runner's blocked DENO_DIR still applies.
+  }
+}
+try {
+  delete Object.getPrototypeOf(navigator).gpu;
+} catch {
+  // As above.
+}
+
+/** Hides host paths where cheap: see `hideHostDetails` in protocol.mjs. */
+function hideHostDetails(args) {
+  const define = (object, name, value) => {
+    try {
+      Object.defineProperty(object, name, { value, configurable: true, writable: true });
+    } catch {
+      // Not configurable in this Deno: the path stays visible (documented).
+    }
+  };
+  define(Deno, "mainModule", "file:///main.py");
+  define(Deno, "execPath", () => "deno");
+  define(Deno, "args", Object.freeze([...args]));
+  // Pyodide has loaded Node's `process` already.
+  const process = globalThis.process;
+  if (process) {
+    define(process, "argv", ["deno", "/main.py", ...args]);
+    define(process, "argv0", "deno");
+    define(process, "execPath", "deno");
+    define(process, "execArgv", []);
+  }
+}
+
 let init = null;
 let build = null;
 let instance = null;
@@ -88,6 +124,7 @@ function prepare(pyodide) {
 /** Runs one program; returns its exit status, whether it ended on a MemoryError, and its files. */
 async function run(job, inSession) {
   const { pyodide, runMain, runInSession } = instance;
+  hideHostDetails(job.args ?? []);
   writeFiles(pyodide.FS, job.files ?? []);
   // Returned files are found from where the program started, wherever it went.
   const home = pyodide.FS.cwd();

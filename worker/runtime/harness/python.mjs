@@ -16,8 +16,7 @@
 //   it, and exits with the job's status.
 // - A shared-lane child runs the jobs of one batch, each in a new Worker
 //   built from the wasm module compiled once here and its own copy of the
-//   snapshot. The next Worker is built as soon as a job ends, before the
-//   next job exists, so a job's duration is its program's alone.
+//   snapshot. The next job's Worker boots while a job runs.
 // - A session child keeps one Worker, the session's interpreter, across
 //   execs. An exec that runs past its `timeout_ms` gets a KeyboardInterrupt
 //   through Pyodide's interrupt buffer, which this realm's timer sets;
@@ -132,7 +131,8 @@ await serveShared();
 
 async function serveShared() {
   // The first Worker can still read Pyodide's files; every later one cannot.
-  let realm = await newRealm(true);
+  let next = newRealm(true);
+  await next;
   Deno.permissions.revokeSync({ name: "read" });
   Deno.permissions.revokeSync({ name: "write" });
   scriptUrl = moduleUrl(assets.script);
@@ -140,20 +140,22 @@ async function serveShared() {
   channel.report({ kind: "ready" });
   for (;;) {
     const frame = channel.readFrame();
+    const realm = await next;
+    // The next job's Worker boots while this job runs, so that a batch's
+    // jobs do not wait for each other's boots.
+    next = newRealm(true);
     fingerprint.begin();
     const { status, memoryError, files } = resultOf(await realm.ask({ op: "run", job: jobOf(frame) }));
     if (memoryError) {
       // Left running, so that the runner measures the memory it holds.
       endOutput(frame.nonce);
       channel.report({ kind: "end", status, clean: false, memory: true });
-      realm = await newRealm(true);
       continue;
     }
     realm.worker.terminate();
     if (frame.return_files) channel.report({ kind: "files", ...(files ?? { files: [], truncated: true }) });
     endOutput(frame.nonce);
     channel.report({ kind: "end", status, clean: fingerprint.isClean() });
-    realm = await newRealm(true);
   }
 }
 

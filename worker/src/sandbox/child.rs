@@ -39,11 +39,13 @@ pub(super) const FILES_MARKER: &str = "\u{6}runbox-files:";
 /// Entries of a child's DENO_DIR that Deno would fill with data the program
 /// controls: web storage (`location_data`, from a Worker too, where the
 /// harness cannot remove the APIs) and caches of the modules it imports
-/// (`data:` and `blob:` URLs, hundreds of MB in seconds). A file where Deno
+/// (`data:` and `blob:` URLs, hundreds of MB in seconds), and `gen`, where
+/// it keeps what it transpiled of them (a TypeScript job that imported 150
+/// `data:` modules once wrote 97 MB there). A file where Deno
 /// wants a directory, and a directory where it wants a database, make every
 /// write fail even for root; Deno then keeps those caches in memory, where
 /// the memory cap applies.
-const BLOCKED_FILES: &[&str] = &["location_data"];
+const BLOCKED_FILES: &[&str] = &["location_data", "gen"];
 const BLOCKED_DIRS: &[&str] = &["node_analysis_cache_v2"];
 
 /// Deno's caches of compiled code and of module dependencies: blocked too,
@@ -55,7 +57,7 @@ const BLOCKED_DIRS: &[&str] = &["node_analysis_cache_v2"];
 const SEEDED_CACHES: &[&str] = &["v8_code_cache_v2", "dep_analysis_cache_v2"];
 
 /// How long a child may take to boot before it counts as broken.
-const BOOT_TIMEOUT: Duration = Duration::from_secs(30);
+pub(super) const BOOT_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// How long to wait for the output pipes to close once the child is gone.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(2);
@@ -64,6 +66,79 @@ const DRAIN_TIMEOUT: Duration = Duration::from_secs(2);
 /// `memory_mb`: an idle Python child (Pyodide restored from its snapshot)
 /// holds about 225 MiB, an idle JS child about 40 MiB.
 pub(super) const RUNTIME_RSS_ALLOWANCE_MB: u64 = 320;
+
+/// What the kernel counts of a process's memory, in bytes: its data
+/// segment (which counts memory reserved but not yet touched, as an
+/// untouched ArrayBuffer is), its resident set, and the resident set's peak.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct MemorySample {
+    data: u64,
+    resident: u64,
+    peak_resident: u64,
+}
+
+impl MemorySample {
+    pub(super) fn of(pid: u32) -> Option<MemorySample> {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+        let field = |name: &str| -> Option<u64> {
+            let line = status.lines().find(|line| line.starts_with(name))?;
+            line[name.len()..].split_whitespace().next()?.parse::<u64>().ok().map(|kb| kb * 1024)
+        };
+        Some(MemorySample { data: field("VmData:")?, resident: field("VmRSS:")?, peak_resident: field("VmHWM:")? })
+    }
+}
+
+/// Whether a harness's out-of-memory claim holds: since `before`, the
+/// process's data segment or its resident peak grew by at least half of
+/// `memory_mb`. A program gets there only by really taking the memory.
+pub(super) fn confirms_out_of_memory(
+    before: Option<MemorySample>,
+    after: Option<MemorySample>,
+    memory_mb: u32,
+) -> bool {
+    let (Some(before), Some(after)) = (before, after) else { return false };
+    let half = u64::from(memory_mb) * 1024 * 1024 / 2;
+    after.data.saturating_sub(before.data) >= half || after.peak_resident.saturating_sub(before.resident) >= half
+}
+
+/// A child's stderr, passed through unchanged, that fires `claim` once the
+/// bytes so far end with `marker`: the harness's out-of-memory claim,
+/// after which it writes nothing and waits to be killed.
+struct ClaimWatch<R> {
+    inner: R,
+    marker: Vec<u8>,
+    tail: Vec<u8>,
+    claim: Option<tokio::sync::oneshot::Sender<()>>,
+}
+
+impl<R> ClaimWatch<R> {
+    fn new(inner: R, marker: Vec<u8>, claim: tokio::sync::oneshot::Sender<()>) -> ClaimWatch<R> {
+        ClaimWatch { inner, marker, tail: Vec::new(), claim: Some(claim) }
+    }
+}
+
+impl<R: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for ClaimWatch<R> {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        let filled = buf.filled().len();
+        let polled = std::pin::Pin::new(&mut self.inner).poll_read(cx, buf);
+        if polled.is_ready() {
+            let this = &mut *self;
+            this.tail.extend_from_slice(&buf.filled()[filled..]);
+            let excess = this.tail.len().saturating_sub(this.marker.len());
+            this.tail.drain(..excess);
+            if this.tail == this.marker
+                && let Some(claim) = this.claim.take()
+            {
+                let _ = claim.send(());
+            }
+        }
+        polled
+    }
+}
 
 /// How often the resident memory of a running child is checked.
 const RSS_POLL: Duration = Duration::from_millis(20);
@@ -88,8 +163,8 @@ pub(super) struct Frame<'a> {
     /// Authenticates the harness's markers; the program never sees it.
     pub nonce: &'a str,
     pub memory_mb: u32,
-    /// The program's stdin, for a shared child, whose own stdin carries
-    /// only frames. A single-use child's program reads what follows the frame.
+    /// The program's stdin: a Python program's, and a shared child's, whose
+    /// own stdin stays empty. A single-use JS program reads what follows the frame.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub stdin: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -124,6 +199,8 @@ enum Ending {
     TimedOut,
     Cancelled,
     OverMemory,
+    /// The harness claimed an allocation failure and holds the process.
+    Claimed,
 }
 
 impl BootedChild {
@@ -182,7 +259,7 @@ impl BootedChild {
             files: frame_files,
             nonce: &nonce,
             memory_mb: sandbox.limits.memory_mb,
-            stdin: None,
+            stdin: (spec.language == Language::Python).then_some(spec.stdin.as_str()),
             return_files: ReturnFrame::of(spec),
             op: None,
             timeout_ms: None,
@@ -191,7 +268,8 @@ impl BootedChild {
             Ok(frame) => frame,
             Err(e) => return Outcome::internal_error(format!("could not encode the job: {e}")),
         };
-        let input = spec.stdin.clone().into_bytes();
+        // A Python program's stdin travels in the frame, a JS program's after it.
+        let input = if spec.language == Language::Python { Vec::new() } else { spec.stdin.clone().into_bytes() };
         // A program need not read its stdin; a write into a closed or full
         // pipe must not hold up the run, so it happens on its own task.
         let writer = tokio::spawn(async move {
@@ -205,12 +283,15 @@ impl BootedChild {
         });
         let cap = sandbox.limits.max_output_bytes;
         let files_marker = ReturnFrame::of(spec).map(|_| format!("{FILES_MARKER}{nonce}\n").into_bytes());
+        let memory_marker = format!("{MEMORY_MARKER}{nonce}\n").into_bytes();
+        let (claim, claimed) = tokio::sync::oneshot::channel();
         let out = tokio::spawn(capture_with_files(stdout, cap, files_marker));
-        let err = tokio::spawn(capture(stderr, cap));
+        let err = tokio::spawn(capture(ClaimWatch::new(stderr, memory_marker.clone(), claim), cap));
 
         let timeout = sandbox.limits.timeout_for(spec);
         let rss_limit = (u64::from(sandbox.limits.memory_mb) + RUNTIME_RSS_ALLOWANCE_MB) * 1024 * 1024;
         let pid = child.id();
+        let before = pid.and_then(MemorySample::of);
         let started = Instant::now();
         let ending = tokio::select! {
             status = child.wait() => match status {
@@ -220,7 +301,11 @@ impl BootedChild {
             () = tokio::time::sleep(timeout) => Ending::TimedOut,
             () = cancel.cancelled() => Ending::Cancelled,
             () = watch_rss(pid, rss_limit) => Ending::OverMemory,
+            Ok(()) = claimed => Ending::Claimed,
         };
+        // A claim is checked against the kernel's count, while the harness holds the memory.
+        let confirmed = matches!(ending, Ending::Claimed)
+            && confirms_out_of_memory(before, pid.and_then(MemorySample::of), sandbox.limits.memory_mb);
         if !matches!(ending, Ending::Exited(_)) {
             kill_group(&child);
             let _ = child.wait().await;
@@ -229,13 +314,17 @@ impl BootedChild {
         writer.abort();
         let (stdout, files) = drain(out).await;
         let mut stderr = drain(err).await;
-        let memory_reported = stderr.strip_trailing(format!("{MEMORY_MARKER}{nonce}\n").as_bytes());
 
         let (status, exit_code, signal) = match ending {
             Ending::TimedOut => (Status::Timeout, None, None),
             Ending::Cancelled => (Status::Cancelled, None, None),
             Ending::OverMemory => (Status::MemoryExceeded, None, None),
-            Ending::Exited(_) if memory_reported => (Status::MemoryExceeded, None, None),
+            Ending::Claimed => {
+                stderr.strip_trailing(&memory_marker);
+                // A claim the numbers do not bear out is the program's own
+                // error ending: the harness exits 1 on an uncaught error.
+                if confirmed { (Status::MemoryExceeded, None, None) } else { (Status::Completed, Some(1), None) }
+            }
             Ending::Exited(exit) => classify(exit, &stderr),
         };
         // Removing a directory is blocking file-system work: not on the async threads.
@@ -271,7 +360,8 @@ pub(super) fn outcome(
         files: Vec::new(),
         files_truncated: false,
     };
-    outcome.verdict = spec.verdict(&outcome);
+    // On everything the program wrote, not only the bytes kept.
+    outcome.verdict = spec.verdict_with(&outcome, |compare, expected| stdout.matches(compare, expected));
     outcome
 }
 
@@ -362,7 +452,7 @@ fn private_dir(prefix: &str, sandbox: &Sandbox) -> std::io::Result<TempDir> {
 }
 
 /// Hands `path` to the uid children run as, if they run as another.
-fn give_to_child(path: &Path, sandbox: &Sandbox) -> std::io::Result<()> {
+pub(super) fn give_to_child(path: &Path, sandbox: &Sandbox) -> std::io::Result<()> {
     if let Some(uid) = sandbox.isolation.uid {
         nix::unistd::chown(path, Some(uid.into()), Some(nix::unistd::Gid::from_raw(uid)))?;
     }

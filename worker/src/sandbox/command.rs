@@ -53,9 +53,11 @@ const MAX_OPEN_FILES: u64 = 256;
 /// journals this bounds what a job can put on disk.
 pub const MAX_FILE_BYTES: u64 = 16 * 1024 * 1024;
 
-/// `RLIMIT_DATA` floor. Below about 2 GiB a Deno Worker cannot reserve its
-/// code space, so programs that start a single Worker would fail.
-const MIN_DATA_BYTES: u64 = 2 * 1024 * 1024 * 1024;
+/// `RLIMIT_DATA` floor. Every Deno Worker reserves code space, and below
+/// about 2 GiB a process cannot hold its main isolate and one Worker; a
+/// child runs its jobs in Workers, a shared one with the next job's Worker
+/// booting beside the current one and the last one still going away.
+const MIN_DATA_BYTES: u64 = 4 * 1024 * 1024 * 1024;
 
 /// What a child is for, which its harness is told as its last argument.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -58,8 +58,9 @@ const INTERRUPT_GRACE: Duration = Duration::from_secs(2);
 /// How long an idle shared child waits for its batch's next job.
 const IDLE_TIMEOUT: Duration = Duration::from_secs(3);
 
-/// Threads a Deno child runs by itself. Any other (a Worker's, for one)
-/// was started by a job, and the child is replaced.
+/// Threads a Deno child runs by itself, besides the Workers of its harness
+/// ([`Kind::harness_workers`]). Any other, or a Worker more, was started by
+/// a job, and the child is replaced.
 const RUNTIME_THREADS: &[&str] = &["deno", "V8 DefaultWorke", "tokio-runtime-w"];
 
 /// Worker threads are named `worker-<n>`. A shared JS child's job Worker
@@ -213,6 +214,15 @@ impl Kind {
     pub(super) fn of(language: Language) -> Kind {
         if language == Language::Python { Kind::Python } else { Kind::Js }
     }
+
+    /// Worker threads a shared child of this kind keeps between jobs: a
+    /// Python child builds the next job's Worker as soon as a job ends.
+    fn harness_workers(self) -> usize {
+        match self {
+            Kind::Python => 1,
+            Kind::Js => 0,
+        }
+    }
 }
 
 /// What a look at a child's threads found.
@@ -344,18 +354,18 @@ impl SharedChild {
         }
         let Some(pid) = self.child.id() else { return Threads::Dirty };
         let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return Threads::Dirty };
-        let mut found = Threads::Clean;
+        let mut workers = 0;
         for task in tasks.flatten() {
             // A thread that exited since the listing has no name to read.
             let Ok(name) = std::fs::read_to_string(task.path().join("comm")) else { continue };
             let name = name.trim_end_matches('\n');
             if name.starts_with("worker-") {
-                found = Threads::Settling;
+                workers += 1;
             } else if !RUNTIME_THREADS.contains(&name) {
                 return Threads::Dirty;
             }
         }
-        found
+        if workers > self.kind.harness_workers() { Threads::Settling } else { Threads::Clean }
     }
 
     /// Runs `spec` and returns how it ended, and whether this child may run
