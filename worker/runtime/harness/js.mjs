@@ -91,6 +91,7 @@ async function serveShared(channel, jobUrl) {
   for (;;) {
     const frame = channel.readFrame();
     realm.begin();
+    channel.report({ kind: "started" });
     const worker = new Worker(jobUrl, { type: "module", name: "runbox-job" });
     const ended = untilEnded(worker);
     worker.postMessage({ language: frame.language, code: frame.code, args: frame.args ?? [] });
@@ -151,6 +152,7 @@ async function serveSession(channel, sessionUrl) {
   channel.report({ kind: "end", status: 0 });
   for (;;) {
     const frame = channel.readFrame();
+    channel.report({ kind: "started" });
     const { status, allocation } = await exec(frame.code, frame.memory_mb, 0);
     endOutput(frame.nonce);
     channel.report({ kind: "end", status, ...(allocation ? { memory: true } : {}) });

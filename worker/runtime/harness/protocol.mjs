@@ -32,7 +32,9 @@
 // harness opens while it boots and nothing can open once it has dropped its
 // permissions. Each job runs in a Worker of its own (an isolate with its own
 // realm and its own table of open files), so no job can reach the FIFOs or
-// the realm of the harness, or another job. The Worker writes the program's
+// the realm of the harness, or another job. The harness reports `started`
+// when the job's Worker takes it: its time limit runs from then, not while
+// it waited for a Worker to boot. The Worker writes the program's
 // output to stdout and stderr itself; once it is gone, the harness writes
 // END_MARKER + nonce + "\n" on both streams, so the runner can tell one
 // job's output from the next, and then the job's report on the results FIFO.

@@ -141,6 +141,8 @@ async function serveShared() {
   for (;;) {
     const frame = channel.readFrame();
     const realm = await next;
+    // The job's time starts now, not while it waited for its Worker.
+    channel.report({ kind: "started" });
     // The next job's Worker boots while this job runs, so that a batch's
     // jobs do not wait for each other's boots.
     next = newRealm(true);
@@ -185,6 +187,7 @@ async function serveSession() {
       channel.report({ kind: "end", status: reply.bytes ? 0 : 1, error: reply.bytes ? undefined : String(reply.message) });
       continue;
     }
+    channel.report({ kind: "started" });
     Atomics.store(flag, 0, 0);
     let interrupted = false;
     const timer = setTimeout(() => {

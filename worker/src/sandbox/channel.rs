@@ -83,6 +83,8 @@ impl Channel {
 pub enum Report {
     /// Booted; the first report.
     Ready,
+    /// A job's Worker has taken it: its time runs from here.
+    Started,
     /// The files a job asked back, before its `end`.
     Files { files: Vec<OutputFile>, truncated: bool },
     /// A session's checkpoint: `bytes` raw bytes follow.

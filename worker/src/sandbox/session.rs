@@ -149,8 +149,14 @@ impl BootedSession {
             checkpoint_bytes: memory.len(),
             replay: &replay,
         };
-        let bounds =
-            Bounds { deadline, stdout_cap: 0, stderr_cap: MESSAGE_CAP, max_bytes: 0, memory_mb: self.memory_mb };
+        let bounds = Bounds {
+            deadline,
+            from_start: false,
+            stdout_cap: 0,
+            stderr_cap: MESSAGE_CAP,
+            max_bytes: 0,
+            memory_mb: self.memory_mb,
+        };
         // Replayed programs' output is dropped: only the end matters.
         let exchange = exchange(&mut inner, &frame, memory, &nonce, &bounds).await;
         match exchange.ending {
@@ -197,6 +203,7 @@ impl SessionChild {
         let frame = serde_json::json!({ "op": "checkpoint", "nonce": nonce });
         let bounds = Bounds {
             deadline: CHECKPOINT_TIMEOUT,
+            from_start: false,
             stdout_cap: 0,
             stderr_cap: MESSAGE_CAP,
             max_bytes: max_checkpoint_bytes(self.memory_mb),

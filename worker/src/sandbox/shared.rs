@@ -282,11 +282,17 @@ pub(super) struct Exchange {
     pub files: Option<(Vec<OutputFile>, bool)>,
     /// The raw bytes of a checkpoint report.
     pub bytes: Vec<u8>,
+    /// From the start (see [`Bounds::deadline`]) to the end.
+    pub duration: Duration,
 }
 
 /// The limits of one exchange.
 pub(super) struct Bounds {
+    /// Runs from the harness's `started` report when `from_start` is set
+    /// (a job: until then it waits for a Worker, up to [`BOOT_TIMEOUT`]),
+    /// else from when the frame is sent.
     pub deadline: Duration,
+    pub from_start: bool,
     pub stdout_cap: usize,
     pub stderr_cap: usize,
     /// Raw bytes a report may announce.
@@ -403,12 +409,10 @@ impl SharedChild {
             Err(e) => return (Outcome::internal_error(format!("could not encode the job: {e}")), true),
         };
         let cap = sandbox.limits.max_output_bytes;
-        let bounds =
-            Bounds { deadline, stdout_cap: cap, stderr_cap: cap, max_bytes: 0, memory_mb: sandbox.limits.memory_mb };
-        let started = Instant::now();
+        let memory_mb = sandbox.limits.memory_mb;
+        let bounds = Bounds { deadline, from_start: true, stdout_cap: cap, stderr_cap: cap, max_bytes: 0, memory_mb };
         let exchange = self.exchange(&frame, &[], &nonce, &bounds, cancel).await;
-        let duration = started.elapsed();
-        let Exchange { ending, stdout, stderr, files, .. } = exchange;
+        let Exchange { ending, stdout, stderr, files, duration, .. } = exchange;
         // A session lives on after any exec its harness finished, whatever
         // the exec left running.
         let finished = matches!(ending, Ending::Finished { .. });
@@ -440,6 +444,7 @@ impl SharedChild {
         let pid = self.child.id();
         let before = pid.and_then(MemorySample::of);
         let send_limit = PIPE_TIMEOUT + Duration::from_secs(bytes.len() as u64 >> 24);
+        let sent_at = Instant::now();
         let sent = tokio::time::timeout(send_limit, self.channel.send(frame, bytes)).await;
         if !matches!(sent, Ok(Ok(()))) {
             kill_group(&self.child);
@@ -449,15 +454,22 @@ impl SharedChild {
                 stderr: Captured::default(),
                 files: None,
                 bytes: Vec::new(),
+                duration: sent_at.elapsed(),
             };
         }
         let child = &self.child;
         let channel = &mut self.channel;
+        let started = std::sync::Mutex::new(if bounds.from_start { None } else { Some(sent_at) });
+        let started_now = tokio::sync::Notify::new();
         let reports = async {
             let mut files = None;
             let mut data = Vec::new();
             loop {
                 match channel.report(bounds.max_bytes).await {
+                    Ok((Report::Started, _)) => {
+                        *started.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(Instant::now());
+                        started_now.notify_one();
+                    }
                     Ok((Report::Files { files: kept, truncated }, _)) => files = Some((kept, truncated)),
                     Ok((Report::Checkpoint { .. }, bytes)) => data = bytes,
                     Ok((end @ Report::End { .. }, _)) => return (Ok(end), files, data),
@@ -476,9 +488,15 @@ impl SharedChild {
         let mut out = std::pin::pin!(capture_until(&mut self.stdout, bounds.stdout_cap, &marker));
         let mut err = std::pin::pin!(capture_until(&mut self.stderr, bounds.stderr_cap, &marker));
         let mut reports = std::pin::pin!(reports);
+        let clock = async {
+            if bounds.from_start && tokio::time::timeout(BOOT_TIMEOUT, started_now.notified()).await.is_err() {
+                return;
+            }
+            tokio::time::sleep(bounds.deadline).await;
+        };
         let stopped = tokio::select! {
             all = async { tokio::join!(&mut out, &mut err, &mut reports) } => Ok(all),
-            () = tokio::time::sleep(bounds.deadline) => Err(Ending::TimedOut),
+            () = clock => Err(Ending::TimedOut),
             () = cancel.cancelled() => Err(Ending::Cancelled),
             () = watch_rss(pid, rss_limit) => Err(Ending::OverMemory),
         };
@@ -488,9 +506,11 @@ impl SharedChild {
                 kill_group(&self.child);
                 let out = tokio::time::timeout(DRAIN_TIMEOUT, &mut out).await.unwrap_or_default();
                 let err = tokio::time::timeout(DRAIN_TIMEOUT, &mut err).await.unwrap_or_default();
-                return Exchange { ending, stdout: out.0, stderr: err.0, files: None, bytes: Vec::new() };
+                let duration = since(&started, sent_at);
+                return Exchange { ending, stdout: out.0, stderr: err.0, files: None, bytes: Vec::new(), duration };
             }
         };
+        let duration = since(&started, sent_at);
         // Output after a marker was written outside any job.
         let stray = !out_rest.is_some_and(|rest| rest.is_empty()) || !err_rest.is_some_and(|rest| rest.is_empty());
         let ending = match end {
@@ -505,7 +525,7 @@ impl SharedChild {
             Ok(_) | Err(ChannelError::Closed) => Ending::Died,
             Err(e) => Ending::Broken(e),
         };
-        Exchange { ending, stdout, stderr, files, bytes: data }
+        Exchange { ending, stdout, stderr, files, bytes: data, duration }
     }
 
     async fn finish(
@@ -547,4 +567,9 @@ impl SharedChild {
         };
         (outcome(spec, status, exit_code, signal, &stdout, &stderr, duration), reusable)
     }
+}
+
+/// Time since the job started, or since `sent` if it never did.
+fn since(started: &std::sync::Mutex<Option<Instant>>, sent: Instant) -> Duration {
+    started.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).unwrap_or(sent).elapsed()
 }
