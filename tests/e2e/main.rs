@@ -24,6 +24,7 @@ mod roundtrip;
 mod sessions;
 mod shutdown;
 mod signing;
+mod tenancy;
 mod util;
 mod verdicts;
 mod verify;
