@@ -1,13 +1,29 @@
 // One shared-lane JavaScript or TypeScript job, in a Worker of its own
 // (see js.mjs). This module and the program share the Worker's realm, which
-// is thrown away with the job; nothing here is trusted. It posts one
-// report, `{status, allocation}`, once the program is done: its module has
+// is thrown away with the job; nothing here is trusted. It posts
+// `{ready: true}` once it can take the job, then one report, `{status,
+// allocation}`, once the program is done: its module has
 // run, and every timer it set has fired (a program ends when its event loop
 // is empty, as in a child of its own). An uncaught error ends it with 1,
 // printed as Deno prints one.
+// Web storage and WebGPU: see `dropPersistentStorage` in protocol.mjs.
+for (const name of ["localStorage", "sessionStorage", "caches"]) {
+  try {
+    delete globalThis[name];
+  } catch {
+    // Not configurable in this Deno: the runner's blocked DENO_DIR still applies.
+  }
+}
+try {
+  delete Object.getPrototypeOf(navigator).gpu;
+} catch {
+  // As above.
+}
 const post = self.postMessage.bind(self);
-const encoder = new TextEncoder();
-const writeError = (text) => Deno.stderr.writeSync(encoder.encode(text));
+// Bound now: a program that patches these breaks its own output only.
+const encode = TextEncoder.prototype.encode.bind(new TextEncoder());
+const stderrWrite = Deno.stderr.writeSync.bind(Deno.stderr);
+const writeError = (text) => stderrWrite(encode(text));
 class Exit {}
 let ended = false;
 
@@ -36,6 +52,7 @@ self.onmessage = ({ data }) => {
   self.onmessage = null;
   start(data);
 };
+post({ ready: true });
 const job = await started;
 const typescript = job.language === "typescript";
 const program = URL.createObjectURL(
@@ -59,6 +76,8 @@ if (/\bprocess\b/.test(job.code) && globalThis.process) {
   define(process, "argv0", "deno");
   define(process, "execPath", "deno");
   define(process, "execArgv", []);
+  // An abort ends the process, as it would a program's own.
+  define(process, "abort", () => Deno.kill(Deno.pid, "SIGABRT"));
 }
 // Deno.exit ends the program where it stands: the report goes first, then
 // the Worker closes, and the throw unwinds what called it.

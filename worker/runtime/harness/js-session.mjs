@@ -14,6 +14,19 @@
 // any of them fails it. Intervals and Workers live on with the session.
 // The Worker posts `{ready: true}` once it can take execs, then one
 // report, `{status, allocation}`, per exec.
+// Web storage and WebGPU: see `dropPersistentStorage` in protocol.mjs.
+for (const name of ["localStorage", "sessionStorage", "caches"]) {
+  try {
+    delete globalThis[name];
+  } catch {
+    // Not configurable in this Deno: the runner's blocked DENO_DIR still applies.
+  }
+}
+try {
+  delete Object.getPrototypeOf(navigator).gpu;
+} catch {
+  // As above.
+}
 const { runInThisContext } = await import("node:vm");
 const encoder = new TextEncoder();
 const writeError = (text) => Deno.stderr.writeSync(encoder.encode(text));

@@ -91,9 +91,19 @@ async function serveShared(channel, jobUrl) {
   for (;;) {
     const frame = channel.readFrame();
     realm.begin();
-    channel.report({ kind: "started" });
     const worker = new Worker(jobUrl, { type: "module", name: "runbox-job" });
+    const ready = await untilEnded(worker);
     const ended = untilEnded(worker);
+    // The job's time, and the runner's count of its memory, start once its
+    // Worker is up.
+    channel.report({ kind: "started" });
+    if (ready.status === 1) {
+      // The Worker failed before the job: its error is on stderr.
+      worker.terminate();
+      endOutput(frame.nonce);
+      channel.report({ kind: "end", status: 1, clean: realm.isClean() });
+      continue;
+    }
     worker.postMessage({ language: frame.language, code: frame.code, args: frame.args ?? [] });
     const { status, allocation } = await ended;
     if (allocation) {
@@ -180,6 +190,7 @@ function untilEnded(worker) {
 
 /** A job Worker's report as plain values: it comes from the job's realm. */
 function report(data) {
+  if (data?.ready === true) return { status: 0, allocation: false };
   const status = typeof data?.status === "number" ? data.status & 0xff : 1;
   return { status, allocation: data?.allocation === true };
 }

@@ -14,6 +14,7 @@
 //    "...", "memory_mb": n, ...}`; unknown fields are ignored so the
 //    protocol can grow). A JavaScript program's own stdin follows the
 //    frame, up to EOF; a Python program's is the frame's `stdin` field.
+//    A JavaScript program runs in this realm; a Python program in a Worker.
 // 3. If the program ended on an allocation failure, the harness's last
 //    bytes on stderr are MEMORY_MARKER, the frame's nonce and "\n", and it
 //    then holds the process, memory and all, until the runner kills it.
@@ -65,8 +66,6 @@ const includes = String.prototype.includes;
 const filter = Array.prototype.filter;
 const join = Array.prototype.join;
 const errorMessage = Object.getOwnPropertyDescriptor(Error.prototype, "message") ?? null;
-const memoryBuffer = Object.getOwnPropertyDescriptor(WebAssembly.Memory.prototype, "buffer").get;
-const byteLength = Object.getOwnPropertyDescriptor(ArrayBuffer.prototype, "byteLength").get;
 
 /** Ends the process with `code`, whatever the program did to `Deno.exit`. */
 export function exit(code) {
@@ -95,11 +94,6 @@ function readExactly(n, read = stdinRead) {
     got += r;
   }
   return out;
-}
-
-/** Reads the `n` raw bytes the runner sends after a frame that announces them. */
-export function readBytes(n) {
-  return n > 0 ? readExactly(n) : new Uint8Array(0);
 }
 
 /** Signals readiness, then blocks until the runner sends the job frame. */
@@ -151,26 +145,6 @@ function frameFrom(readExactly) {
   return JSON.parse(new TextDecoder().decode(readExactly(length)));
 }
 
-/** Reads the program's stdin to EOF. */
-export function readRest() {
-  const chunks = [];
-  let total = 0;
-  const buf = new Uint8Array(64 * 1024);
-  for (;;) {
-    const r = stdinRead(buf);
-    if (r === null) break;
-    chunks.push(buf.slice(0, r));
-    total += r;
-  }
-  const out = new Uint8Array(total);
-  let at = 0;
-  for (const c of chunks) {
-    out.set(c, at);
-    at += c.length;
-  }
-  return out;
-}
-
 /** True for the errors V8 throws when an allocation outside the JS heap fails. */
 export function isAllocationFailure(error) {
   if (!(error instanceof RangeErrorClass)) return false;
@@ -182,11 +156,6 @@ export function isAllocationFailure(error) {
 export function jsMemoryInUse() {
   const { heapUsed, external } = memoryUsage();
   return heapUsed + external;
-}
-
-/** Bytes a WebAssembly memory has grown to. */
-export function wasmMemorySize(memory) {
-  return apply(byteLength, apply(memoryBuffer, memory, []), []);
 }
 
 /**

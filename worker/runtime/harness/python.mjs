@@ -16,7 +16,7 @@
 //   it, and exits with the job's status.
 // - A shared-lane child runs the jobs of one batch, each in a new Worker
 //   built from the wasm module compiled once here and its own copy of the
-//   snapshot. The next job's Worker boots while a job runs.
+//   snapshot. The next job's Worker boots as soon as a job has ended.
 // - A session child keeps one Worker, the session's interpreter, across
 //   execs. An exec that runs past its `timeout_ms` gets a KeyboardInterrupt
 //   through Pyodide's interrupt buffer, which this realm's timer sets;
@@ -141,11 +141,8 @@ async function serveShared() {
   for (;;) {
     const frame = channel.readFrame();
     const realm = await next;
-    // The job's time starts now, not while it waited for its Worker.
+    // The job's time, and the runner's count of its memory, start now.
     channel.report({ kind: "started" });
-    // The next job's Worker boots while this job runs, so that a batch's
-    // jobs do not wait for each other's boots.
-    next = newRealm(true);
     fingerprint.begin();
     const { status, memoryError, files } = resultOf(await realm.ask({ op: "run", job: jobOf(frame) }));
     if (memoryError) {
@@ -158,6 +155,9 @@ async function serveShared() {
     if (frame.return_files) channel.report({ kind: "files", ...(files ?? { files: [], truncated: true }) });
     endOutput(frame.nonce);
     channel.report({ kind: "end", status, clean: fingerprint.isClean() });
+    // The next job's Worker boots between jobs, so that nothing but the
+    // job itself grows the process while it runs.
+    next = newRealm(true);
   }
 }
 

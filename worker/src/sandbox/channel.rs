@@ -83,7 +83,8 @@ impl Channel {
 pub enum Report {
     /// Booted; the first report.
     Ready,
-    /// A job's Worker has taken it: its time runs from here.
+    /// A job's Worker is up and takes it: its time, and the count of its
+    /// memory, run from here.
     Started,
     /// The files a job asked back, before its `end`.
     Files { files: Vec<OutputFile>, truncated: bool },

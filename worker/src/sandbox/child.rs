@@ -78,6 +78,14 @@ pub(super) struct MemorySample {
 }
 
 impl MemorySample {
+    /// Resets the process's resident peak to its resident size now (through
+    /// `clear_refs`, which needs the right to ptrace it, as its parent has),
+    /// then samples: the start of a job's count.
+    pub(super) fn start(pid: u32) -> Option<MemorySample> {
+        let _ = std::fs::write(format!("/proc/{pid}/clear_refs"), "5");
+        MemorySample::of(pid)
+    }
+
     pub(super) fn of(pid: u32) -> Option<MemorySample> {
         let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
         let field = |name: &str| -> Option<u64> {
@@ -291,7 +299,7 @@ impl BootedChild {
         let timeout = sandbox.limits.timeout_for(spec);
         let rss_limit = (u64::from(sandbox.limits.memory_mb) + RUNTIME_RSS_ALLOWANCE_MB) * 1024 * 1024;
         let pid = child.id();
-        let before = pid.and_then(MemorySample::of);
+        let before = pid.and_then(MemorySample::start);
         let started = Instant::now();
         let ending = tokio::select! {
             status = child.wait() => match status {

@@ -72,9 +72,9 @@ const WORKER_THREAD_EXIT: Duration = Duration::from_millis(500);
 const PIPE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Resident memory a shared child may hold on top of a single-use child's
-/// allowance: finished jobs' instances that V8 has not collected yet. The
-/// harness collects them once they pass 128 MiB (`COLLECT_AFTER_GROWTH` in
-/// `python.mjs`), so a job near its cap is not mistaken for a memory death.
+/// allowance: a Python child holds the next job's Worker beside the
+/// current one, and V8 frees a terminated Worker's memory in its own time,
+/// so a job near its cap is not mistaken for a memory death.
 const GARBAGE_ALLOWANCE_MB: u64 = 160;
 
 /// Jobs one shared child runs before it is replaced. A JS job Worker that
@@ -442,7 +442,8 @@ impl SharedChild {
         let allowance = RUNTIME_RSS_ALLOWANCE_MB + GARBAGE_ALLOWANCE_MB;
         let rss_limit = (u64::from(bounds.memory_mb) + allowance) * 1024 * 1024;
         let pid = self.child.id();
-        let before = pid.and_then(MemorySample::of);
+        // The count of the job's memory starts with the job (see `Report::Started`).
+        let before = std::sync::Mutex::new(if bounds.from_start { None } else { pid.and_then(MemorySample::start) });
         let send_limit = PIPE_TIMEOUT + Duration::from_secs(bytes.len() as u64 >> 24);
         let sent_at = Instant::now();
         let sent = tokio::time::timeout(send_limit, self.channel.send(frame, bytes)).await;
@@ -467,6 +468,8 @@ impl SharedChild {
             loop {
                 match channel.report(bounds.max_bytes).await {
                     Ok((Report::Started, _)) => {
+                        *before.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) =
+                            pid.and_then(MemorySample::start);
                         *started.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(Instant::now());
                         started_now.notify_one();
                     }
@@ -518,8 +521,10 @@ impl SharedChild {
                 status,
                 clean: clean && !stray,
                 interrupted,
-                out_of_memory: memory
-                    && confirms_out_of_memory(before, pid.and_then(MemorySample::of), bounds.memory_mb),
+                out_of_memory: memory && {
+                    let before = *before.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+                    confirms_out_of_memory(before, pid.and_then(MemorySample::of), bounds.memory_mb)
+                },
                 error,
             },
             Ok(_) | Err(ChannelError::Closed) => Ending::Died,

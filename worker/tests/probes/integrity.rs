@@ -13,7 +13,7 @@
 use std::time::{Duration, Instant};
 
 use runbox_common::{JobSpec, Language, Outcome, ReturnFiles, SessionOp, SessionTask, Status, Verdict};
-use runbox_worker::sandbox::{Restore, RunReport, Runner, SessionChild};
+use runbox_worker::sandbox::{Replayed, Restore, RunReport, Runner, SessionChild};
 use tokio_util::sync::CancellationToken;
 
 use crate::util::*;
@@ -381,4 +381,32 @@ async fn properties_set_on_js_objects_do_not_reach_the_next_job() {
         assert_ran(&next.outcome, 0, "False\n");
         assert_eq!(next.outcome.verdict, Some(Verdict::Accepted), "after setting {target}.runbox_leak: {next:#?}");
     }
+}
+
+/// Issue 18, "Replays": a JavaScript session's restore replays each exec
+/// under that exec's own timeout, and the whole replay under the job
+/// maximum, never the 120 s a restore once had. A replayed exec that now
+/// loops (it read the clock, say) ends the open within its own timeout.
+#[tokio::test]
+async fn a_replay_that_loops_ends_within_its_execs_timeout() {
+    let sandbox = sandbox().await;
+    let log = vec![
+        Replayed { code: "globalThis.n = 1".into(), timeout_ms: 2_000 },
+        Replayed { code: "for (;;) {}".into(), timeout_ms: 1_000 },
+    ];
+    let started = Instant::now();
+    let opened = SessionChild::open(sandbox, Language::Javascript, Restore::Replay(log)).await;
+    let took = started.elapsed();
+    let error = opened.err().expect("a replay that loops does not open");
+    assert!(error.to_string().contains("replaying exec 2"), "{error}");
+    assert!(took < Duration::from_secs(8), "the replay ran {took:?}");
+
+    // An older checkpoint, programs alone: each replays under the default.
+    let log = Replayed::parse_log(br#"["globalThis.n = 41"]"#, 3_000).expect("old log");
+    let mut session = SessionChild::open(sandbox, Language::Javascript, Restore::Replay(log)).await.expect("opens");
+    let task = SessionTask { id: "replay".into(), op: SessionOp::Exec };
+    let exec = JobSpec { session: Some(task), ..spec(Js, "console.log(n + 1)") };
+    let (outcome, alive) = session.exec(&exec, sandbox, &CancellationToken::new()).await;
+    assert!(alive);
+    assert_ran(&outcome, 0, "42\n");
 }
