@@ -23,6 +23,8 @@
 mod channel;
 mod child;
 mod command;
+#[cfg(test)]
+mod fuzz;
 mod isolation;
 mod output;
 mod pool;
