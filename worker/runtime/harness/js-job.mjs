@@ -62,7 +62,11 @@ const define = (object, name, value) => {
   try {
     Object.defineProperty(object, name, { value, configurable: true, writable: true });
   } catch {
-    // Not configurable in this Deno: the path stays visible (documented).
+    try {
+      object[name] = value;
+    } catch {
+      // Not configurable in this Deno: the path stays visible (documented).
+    }
   }
 };
 define(Deno, "args", Object.freeze([...job.args]));

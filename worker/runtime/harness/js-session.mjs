@@ -28,29 +28,56 @@ try {
   // As above.
 }
 const { runInThisContext } = await import("node:vm");
-const encoder = new TextEncoder();
-const writeError = (text) => Deno.stderr.writeSync(encoder.encode(text));
+// Bound now: an exec that patches these breaks its own output only.
+const encode = TextEncoder.prototype.encode.bind(new TextEncoder());
+const stderrWrite = Deno.stderr.writeSync.bind(Deno.stderr);
+const writeError = (text) => stderrWrite(encode(text));
+const ownUrl = import.meta.url;
 const post = self.postMessage.bind(self);
 
-// Scripts see Node's `process`, which names host paths.
+// Scripts see Node's `process`, which names host paths. Some of its
+// properties are accessors that cannot be redefined in a Worker; their
+// setters take the value instead.
+const define = (object, name, value) => {
+  try {
+    Object.defineProperty(object, name, { value, configurable: true, writable: true });
+  } catch {
+    try {
+      object[name] = value;
+    } catch {
+      // Neither: the path stays visible (documented).
+    }
+  }
+};
+class Exit {}
+// Deno.exit and process.exit end the session's process with the code, as
+// they would end a program's own; the harness does the exiting.
+const exitWith = (code = 0) => {
+  post({ status: Number(code) & 0xff, exit: true });
+  self.close();
+  throw new Exit();
+};
 const process = runInThisContext("globalThis.process ?? process");
 for (const [name, value] of [["argv", ["deno", "/main.js"]], ["argv0", "deno"], ["execPath", "deno"], ["execArgv", []]]) {
-  try {
-    Object.defineProperty(process, name, { value, configurable: true, writable: true });
-  } catch {
-    // Not configurable in this Deno: the path stays visible (documented).
-  }
+  define(process, name, value);
 }
-for (const [name, value] of [["mainModule", "file:///main.js"], ["execPath", () => "deno"], ["args", []]]) {
-  Object.defineProperty(Deno, name, { value, configurable: true, writable: true });
+define(process, "exit", exitWith);
+define(process, "abort", () => Deno.kill(Deno.pid, "SIGABRT"));
+for (const [name, value] of [["mainModule", "file:///main.js"], ["execPath", () => "deno"], ["args", []], ["exit", exitWith]]) {
+  define(Deno, name, value);
 }
 
 const isThenable = (value) =>
   value !== null && (typeof value === "object" || typeof value === "function") && typeof value.then === "function";
-const withoutVmFrames = (text) => text.split("\n").filter((line) => !line.includes("ext:deno_node/vm.js")).join("\n");
+// The stack lines of node:vm and of this module are not the exec's.
+const { apply } = Reflect;
+const [split, filter, join, includes] = [String.prototype.split, Array.prototype.filter, Array.prototype.join, String.prototype.includes];
+const ours = (line) => apply(includes, line, ["ext:deno_node/vm.js"]) || apply(includes, line, [ownUrl]);
+const withoutVmFrames = (text) => apply(join, apply(filter, apply(split, text, ["\n"]), [(line) => !ours(line)]), ["\n"]);
 
 let current = null;
 function report(error, prefix = "") {
+  if (error instanceof Exit) return;
   let text;
   try {
     text = withoutVmFrames(String(error?.stack ?? error));

@@ -141,7 +141,11 @@ async function serveSession(channel, sessionUrl) {
   };
   const exec = (code, memoryMb, timeoutMs) =>
     new Promise((resolve) => {
-      pending = (data) => resolve(report(data));
+      pending = (data) => {
+        // Deno.exit or process.exit: the session's process ends with the code.
+        if (data?.exit === true) exit(report(data).status);
+        resolve(report(data));
+      };
       worker.postMessage({ code: String(code), memory_mb: memoryMb });
       if (timeoutMs > 0) setTimeout(() => pending && ((pending = null), resolve({ status: 1, overran: true })), timeoutMs);
     });

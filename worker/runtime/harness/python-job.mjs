@@ -46,7 +46,11 @@ function hideHostDetails(args) {
     try {
       Object.defineProperty(object, name, { value, configurable: true, writable: true });
     } catch {
-      // Not configurable in this Deno: the path stays visible (documented).
+      try {
+        object[name] = value;
+      } catch {
+        // Not configurable in this Deno: the path stays visible (documented).
+      }
     }
   };
   define(Deno, "mainModule", "file:///main.py");

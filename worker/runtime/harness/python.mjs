@@ -48,8 +48,7 @@ const jobUrl = moduleUrl(readHarnessFile("python-job.mjs"));
 const loaderUrl = moduleUrl(readHarnessFile("pyodide.mjs"));
 // Until read access goes, a Worker imports Pyodide's script from its file,
 // for which Deno keeps a code cache; later Workers get it from memory.
-const scriptFile = `file://${pyodideDir}/pyodide.asm.js`;
-let scriptUrl = scriptFile;
+let scriptUrl = `file://${pyodideDir}/pyodide.asm.js`;
 
 /** A new Worker with a Pyodide instance of its own, built (`build`) or ready to open. */
 async function newRealm(build, interrupt) {

@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 
 use runbox_common::OutputFile;
 use serde::Deserialize;
-use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::unix::pipe;
 
 use super::output::FILES_SECTION_LIMIT;
@@ -130,7 +130,7 @@ pub enum ChannelError {
 /// bytes, parsed, and then the raw bytes it announces, which must be at
 /// most `max_bytes`; memory grows only as bytes arrive.
 pub async fn read_report(
-    reader: &mut (impl tokio::io::AsyncBufRead + AsyncRead + Unpin),
+    reader: &mut (impl tokio::io::AsyncBufRead + Unpin),
     max_bytes: usize,
 ) -> Result<(Report, Vec<u8>), ChannelError> {
     let mut line = Vec::new();
