@@ -43,9 +43,8 @@ if (mode === "shared" || mode === "session") {
   const source = readHarnessFile(mode === "shared" ? "js-job.mjs" : "js-session.mjs");
   Deno.permissions.revokeSync({ name: "read" });
   Deno.permissions.revokeSync({ name: "write" });
-  const url = moduleUrl(source);
-  if (mode === "shared") await serveShared(channel, url);
-  else await serveSession(channel, url);
+  if (mode === "shared") await serveShared(channel, source);
+  else await serveSession(channel, moduleUrl(source));
 }
 
 const job = awaitJob();
@@ -85,14 +84,18 @@ try {
  * terminated, the job's output ended and its report sent. A job cannot
  * reach the channel, this realm, or the Worker of any other job.
  */
-async function serveShared(channel, jobUrl) {
+async function serveShared(channel, jobSource) {
   const realm = watchRealm();
   channel.report({ kind: "ready" });
   for (;;) {
     const frame = channel.readFrame();
     realm.begin();
+    // A URL of the job's own, revoked once its Worker is up: the blob store
+    // is the process's, and a job must not be able to break the next one's.
+    const jobUrl = moduleUrl(jobSource);
     const worker = new Worker(jobUrl, { type: "module", name: "runbox-job" });
     const ready = await untilEnded(worker);
+    URL.revokeObjectURL(jobUrl);
     const ended = untilEnded(worker);
     // The job's time, and the runner's count of its memory, start once its
     // Worker is up.

@@ -16,7 +16,8 @@
 //   it, and exits with the job's status.
 // - A shared-lane child runs the jobs of one batch, each in a new Worker
 //   built from the wasm module compiled once here and its own copy of the
-//   snapshot. The next job's Worker boots as soon as a job has ended.
+//   snapshot. The next job's Worker boots between jobs, so that nothing
+//   but the job itself grows the process while it runs.
 // - A session child keeps one Worker, the session's interpreter, across
 //   execs. An exec that runs past its `timeout_ms` gets a KeyboardInterrupt
 //   through Pyodide's interrupt buffer, which this realm's timer sets;
@@ -44,14 +45,21 @@ const channel = mode ? new Channel(framesPath, resultsPath) : null;
 dropPersistentStorage();
 const assets = await readAssets(pyodideDir, snapshotPath === "-" ? null : snapshotPath);
 const runner = readHarnessFile("runner.py");
-const jobUrl = moduleUrl(readHarnessFile("python-job.mjs"));
-const loaderUrl = moduleUrl(readHarnessFile("pyodide.mjs"));
+const jobSource = readHarnessFile("python-job.mjs");
+const loaderSource = readHarnessFile("pyodide.mjs");
 // Until read access goes, a Worker imports Pyodide's script from its file,
 // for which Deno keeps a code cache; later Workers get it from memory.
-let scriptUrl = `file://${pyodideDir}/pyodide.asm.js`;
+let scriptFile = `file://${pyodideDir}/pyodide.asm.js`;
 
-/** A new Worker with a Pyodide instance of its own, built (`build`) or ready to open. */
+/**
+ * A new Worker with a Pyodide instance of its own, built (`build`) or ready
+ * to open. The `blob:` URLs it starts from are its own and revoked once it
+ * is up: the blob store is the process's, and a job that revoked a URL
+ * the next Worker needs would break the jobs after it.
+ */
 async function newRealm(build, interrupt) {
+  const urls = [moduleUrl(jobSource), moduleUrl(loaderSource), scriptFile ?? moduleUrl(assets.script)];
+  const [jobUrl, loaderUrl, scriptUrl] = urls;
   const worker = new Worker(jobUrl, { type: "module", name: "runbox-python" });
   const realm = { worker, ask: asker(worker) };
   const reply = await realm.ask({
@@ -64,6 +72,7 @@ async function newRealm(build, interrupt) {
     build,
     interrupt,
   });
+  for (const url of urls) if (url.startsWith("blob:")) URL.revokeObjectURL(url);
   if (reply.ok !== true) throw new Error(`the Python runtime did not boot: ${reply.message}`);
   return realm;
 }
@@ -110,8 +119,32 @@ function resultOf(reply) {
   return {
     status: typeof reply.status === "number" ? reply.status & 0xff : 1,
     memoryError: reply.memoryError === true,
-    files: reply.files && Array.isArray(reply.files.files) ? reply.files : null,
+    files: reply.files ?? null,
   };
+}
+
+/**
+ * The files a job's Worker says it wrote, rebuilt field by field from
+ * what it sent, and within what the frame allowed: the runner takes
+ * nothing else on the channel, and a section longer than the runner's
+ * cap would end the child, so one that does not fit is sent empty.
+ */
+function filesOf(sent, { max_files: maxFiles, max_bytes: maxBytes }) {
+  const files = [];
+  let truncated = sent?.truncated === true || !Array.isArray(sent?.files);
+  for (const file of Array.isArray(sent?.files) ? sent.files : []) {
+    const { path, content, size } = file ?? {};
+    const valid = typeof path === "string" && path.length <= 256 && typeof content === "string" &&
+      Number.isSafeInteger(size) && size >= 0;
+    if (!valid || files.length === maxFiles) {
+      truncated = true;
+      continue;
+    }
+    files.push({ path, content, size, truncated: file.truncated === true });
+  }
+  const kept = files.reduce((sum, file) => sum + file.content.length, 0);
+  if (kept > Math.ceil(maxBytes / 3) * 4) return { files: [], truncated: true };
+  return { files, truncated };
 }
 
 if (!mode) {
@@ -121,7 +154,7 @@ if (!mode) {
   const { status, memoryError, files } = resultOf(await realm.ask({ op: "run", job: jobOf(frame) }));
   // The Worker is left as it is: the runner measures what it holds.
   if (memoryError) claimOutOfMemory(frame.nonce);
-  if (frame.return_files) sendFiles(frame.nonce, files ?? { files: [], truncated: true });
+  if (frame.return_files) sendFiles(frame.nonce, filesOf(files, frame.return_files));
   exit(status);
 }
 
@@ -134,7 +167,7 @@ async function serveShared() {
   await next;
   Deno.permissions.revokeSync({ name: "read" });
   Deno.permissions.revokeSync({ name: "write" });
-  scriptUrl = moduleUrl(assets.script);
+  scriptFile = null;
   const fingerprint = watchRealm();
   channel.report({ kind: "ready" });
   for (;;) {
@@ -148,15 +181,21 @@ async function serveShared() {
       // Left running, so that the runner measures the memory it holds.
       endOutput(frame.nonce);
       channel.report({ kind: "end", status, clean: false, memory: true });
+      next = newRealm(true);
       continue;
     }
     realm.worker.terminate();
-    if (frame.return_files) channel.report({ kind: "files", ...(files ?? { files: [], truncated: true }) });
+    // The next job's Worker starts now, before the end is reported, so
+    // that the runner, which counts Worker threads between jobs, sees this
+    // job's as one too many for as long as it lingers (terminate() does
+    // not stop running code at once).
+    next = newRealm(true);
+    if (frame.return_files) {
+      const { files: kept, truncated } = filesOf(files, frame.return_files);
+      channel.report({ kind: "files", files: kept, truncated });
+    }
     endOutput(frame.nonce);
     channel.report({ kind: "end", status, clean: fingerprint.isClean() });
-    // The next job's Worker boots between jobs, so that nothing but the
-    // job itself grows the process while it runs.
-    next = newRealm(true);
   }
 }
 

@@ -73,7 +73,7 @@ pub(super) const RUNTIME_RSS_ALLOWANCE_MB: u64 = 320;
 #[derive(Debug, Clone, Copy)]
 pub(super) struct MemorySample {
     data: u64,
-    resident: u64,
+    pub(super) resident: u64,
     peak_resident: u64,
 }
 
@@ -97,16 +97,19 @@ impl MemorySample {
 }
 
 /// Whether a harness's out-of-memory claim holds: since `before`, the
-/// process's data segment or its resident peak grew by at least half of
-/// `memory_mb`. A program gets there only by really taking the memory.
+/// process's resident peak grew by at least half of `memory_mb`, or its
+/// data segment by all of it (memory reserved and never touched, as an
+/// ArrayBuffer can be, counts only there; reserving that much is asking
+/// for more than the cap). A program gets there only by really taking the
+/// memory.
 pub(super) fn confirms_out_of_memory(
     before: Option<MemorySample>,
     after: Option<MemorySample>,
     memory_mb: u32,
 ) -> bool {
     let (Some(before), Some(after)) = (before, after) else { return false };
-    let half = u64::from(memory_mb) * 1024 * 1024 / 2;
-    after.data.saturating_sub(before.data) >= half || after.peak_resident.saturating_sub(before.resident) >= half
+    let cap = u64::from(memory_mb) * 1024 * 1024;
+    after.data.saturating_sub(before.data) >= cap || after.peak_resident.saturating_sub(before.resident) >= cap / 2
 }
 
 /// A child's stderr, passed through unchanged, that fires `claim` once the

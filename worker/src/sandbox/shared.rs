@@ -2,14 +2,14 @@
 //! after another (a batch submitted with `shared_runtime`).
 //!
 //! A fresh Python child spends about 0.4 CPU-s booting Pyodide before its
-//! job starts. A shared one boots once and compiles the wasm module once;
-//! each job then gets a new Pyodide instance restored from its own copy of
-//! the snapshot, built while the child waits for the job: a fresh
-//! interpreter, `__main__` and in-memory file system for a fraction of the
-//! cost (see `runtime/harness/python.mjs`). A shared JS child runs each job
-//! in a fresh Worker (fresh globals) instead of a fresh process (see
-//! `runtime/harness/js.mjs`); only jobs that cannot tell the difference go
-//! there (see [`SharedLane::takes`]).
+//! job starts. A shared one starts Deno, reads Pyodide's files and compiles
+//! its wasm module once; each job then gets a Worker of its own with a new
+//! Pyodide instance built from that module and its own copy of the
+//! snapshot, booted between jobs: a fresh realm, interpreter, `__main__`
+//! and in-memory file system (see `runtime/harness/python.mjs`). A shared
+//! JS child runs each job in a fresh Worker instead of a fresh process
+//! (see `runtime/harness/js.mjs`); jobs with stdin or files stay in the
+//! default lane (see [`SharedLane::takes`]).
 //!
 //! Unchanged from the default lane: the deny-all flags, and each job's
 //! timeout, memory cap and output caps. What differs:
@@ -84,6 +84,9 @@ const GARBAGE_ALLOWANCE_MB: u64 = 160;
 /// the probe `a_long_js_batch_is_spread_over_fresh_children`); a Python
 /// child gains nothing from living longer.
 const MAX_JOBS_PER_CHILD: u32 = 100;
+
+/// How long an idle child's stdout and stderr are watched for stray bytes.
+const STRAY_WAIT: Duration = Duration::from_millis(2);
 
 /// How long to wait for the output pipes to close once a child is killed.
 pub(super) const DRAIN_TIMEOUT: Duration = Duration::from_secs(2);
@@ -245,6 +248,10 @@ pub(super) struct SharedChild {
     pub(super) kind: Kind,
     /// Jobs it has run.
     jobs: u32,
+    /// Resident bytes once booted, and what a job may leave on top of that
+    /// (see [`SharedChild::is_clean`]).
+    resident_at_boot: u64,
+    leftover_allowance: u64,
     /// The child's private directory; removed when this is dropped.
     _dir: TempDir,
 }
@@ -337,21 +344,52 @@ impl SharedChild {
             let _ = tokio::time::timeout(DRAIN_TIMEOUT, (&mut stderr).take(8192).read_to_end(&mut message)).await;
             return Err(SandboxError::Boot(String::from_utf8_lossy(&message).trim().to_owned()));
         }
-        Ok(SharedChild { child, stdout, stderr, channel, lane: lane.to_owned(), kind, jobs: 0, _dir: dir })
+        let resident_at_boot = child.id().and_then(MemorySample::of).map_or(0, |sample| sample.resident);
+        let leftover_allowance = u64::from(sandbox.limits.memory_mb) * 1024 * 1024 / 2;
+        Ok(SharedChild {
+            child,
+            stdout,
+            stderr,
+            channel,
+            lane: lane.to_owned(),
+            kind,
+            jobs: 0,
+            resident_at_boot,
+            leftover_allowance,
+            _dir: dir,
+        })
     }
 
-    /// Alive, with only the runtime's own threads, once terminated Workers'
-    /// threads have had [`WORKER_THREAD_EXIT`] to go.
+    /// Fit for the next job: alive, with only the runtime's own threads once
+    /// terminated Workers' threads have had [`WORKER_THREAD_EXIT`] to go;
+    /// nothing written on stdout or stderr since the last job ended (a job
+    /// that went on after its Worker was terminated); and not holding more
+    /// memory than a job may leave behind (the blob store, say, which is
+    /// the process's and outlives a job's Worker).
     async fn is_clean(&mut self) -> bool {
         let started = Instant::now();
         loop {
             match self.threads() {
-                Threads::Clean => return true,
+                Threads::Clean => break,
                 Threads::Dirty => return false,
                 Threads::Settling if started.elapsed() > WORKER_THREAD_EXIT => return false,
                 Threads::Settling => tokio::time::sleep(Duration::from_millis(2)).await,
             }
         }
+        if self.wrote_outside_a_job().await {
+            return false;
+        }
+        let resident = self.child.id().and_then(MemorySample::of).map_or(u64::MAX, |sample| sample.resident);
+        resident <= self.resident_at_boot.saturating_add(self.leftover_allowance)
+    }
+
+    /// Whether any byte is waiting on stdout or stderr between jobs.
+    async fn wrote_outside_a_job(&mut self) -> bool {
+        let mut byte = [0u8; 1];
+        let out = tokio::time::timeout(STRAY_WAIT, self.stdout.read(&mut byte)).await;
+        let err = tokio::time::timeout(STRAY_WAIT, self.stderr.read(&mut byte)).await;
+        // A byte, or a stream closed: either way not fit.
+        out.is_ok() || err.is_ok()
     }
 
     fn threads(&mut self) -> Threads {

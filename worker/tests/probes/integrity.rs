@@ -410,3 +410,79 @@ async fn a_replay_that_loops_ends_within_its_execs_timeout() {
     assert!(alive);
     assert_ran(&outcome, 0, "42\n");
 }
+
+// A review of the realm-per-job harness, as a stranger with the code in
+// hand, found these; each probe failed on the harness it was found in.
+
+/// Two honest jobs after `attack` in one lane: each comes back exactly as it ran.
+async fn honest_jobs_after(language: Language, attack: JobSpec) {
+    let runner = lane_runner().await;
+    let lane = format!("integrity-after-{}", uuid_like(&attack.code));
+    let _ = run_in(&runner, &lane, attack).await;
+    let (wrong, honest) = match language {
+        Language::Python => ("print('WRONG')\nraise SystemExit(3)", "print('honest')"),
+        _ => ("console.log('WRONG'); Deno.exit(3)", "console.log('honest')"),
+    };
+    let failing = run_in(&runner, &lane, expecting(language, wrong, "RIGHT\n")).await;
+    assert_ran(&failing.outcome, 3, "WRONG\n");
+    assert_eq!(failing.outcome.verdict, Some(Verdict::RuntimeError), "{failing:#?}");
+    let fine = run_in(&runner, &lane, expecting(language, honest, "honest\n")).await;
+    assert_ran(&fine.outcome, 0, "honest\n");
+    assert_eq!(fine.outcome.verdict, Some(Verdict::Accepted), "{fine:#?}");
+}
+
+fn uuid_like(code: &str) -> String {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    code.hash(&mut hasher);
+    format!("{:x}", hasher.finish())
+}
+
+/// A Python job's Worker answered early with a reply that carried report
+/// fields (`kind`, `interrupted`) inside its files, which the harness
+/// once spread into its own report: the job's fake end shifted every
+/// later job's status by one.
+#[tokio::test]
+async fn a_forged_reply_cannot_write_reports_for_later_jobs() {
+    let forge = r#"import js
+js.postMessage(js.JSON.parse('{"status":0,"files":{"files":[],"truncated":false,"kind":"end","status":0,"clean":true,"interrupted":true}}'))"#;
+    let attack = JobSpec { return_files: ReturnFiles::All, ..spec(Py, forge) };
+    honest_jobs_after(Py, attack).await;
+}
+
+/// A job revoked the `blob:` URL its Worker started from (the blob store
+/// is the process's): every later job failed to start.
+#[tokio::test]
+async fn revoking_the_harness_urls_breaks_no_later_job() {
+    honest_jobs_after(Js, spec(Js, "URL.revokeObjectURL(location.href)")).await;
+    honest_jobs_after(Py, spec(Py, "import js\njs.URL.revokeObjectURL(js.location.href)")).await;
+}
+
+/// A job posted its end early and went on writing after its Worker was
+/// terminated: the bytes landed at the start of the next job's output.
+#[tokio::test]
+async fn output_written_after_a_jobs_end_reaches_no_later_job() {
+    let js = "self.postMessage({ status: 0 });\n\
+              const t = Date.now(); while (Date.now() - t < 150) {}\n\
+              Deno.stdout.writeSync(new TextEncoder().encode('INJECTED\\n'));";
+    honest_jobs_after(Js, spec(Js, js)).await;
+    let py = "import js, time\njs.postMessage(js.JSON.parse('{\"status\": 0}'))\n\
+              t = time.time()\nwhile time.time() - t < 0.15: pass\n\
+              js.Deno.stdout.writeSync(js.TextEncoder.new().encode('INJECTED\\n'))";
+    honest_jobs_after(Py, spec(Py, py)).await;
+}
+
+/// An out-of-memory claim backed only by memory reserved and never
+/// touched, less than the cap: not `memory_exceeded`.
+#[tokio::test]
+async fn reserved_memory_under_the_cap_does_not_confirm_a_claim() {
+    let js = "globalThis.k = new ArrayBuffer(140 << 20);\n\
+              console.log('one line');\n\
+              throw new RangeError('Array buffer allocation failed');";
+    let outcome = run(Js, js).await;
+    assert_eq!((outcome.status, outcome.exit_code), (Status::Completed, Some(1)), "{outcome:#?}");
+    let py = "import js\njs.k = js.ArrayBuffer.new(140 << 20)\n\
+              js.postMessage(js.JSON.parse('{\"status\": 0, \"memoryError\": true}'))";
+    let outcome = run(Py, py).await;
+    assert_ne!(outcome.status, Status::MemoryExceeded, "{outcome:#?}");
+}
