@@ -35,7 +35,6 @@ import {
   moduleUrl,
   readHarnessFile,
   sendFiles,
-  signalReady,
   watchRealm,
 } from "./protocol.mjs";
 
