@@ -33,6 +33,10 @@ use crate::{callbacks, validate};
 pub(crate) const FIELDS: &[&str] =
     &["jobs", "program", "cases", "stop_on_first_failure", "shared_runtime", "callback_url"];
 
+/// Fields of a job that a batch sets for all its jobs: a job of a batch
+/// may not have them.
+pub(crate) const BATCH_ONLY: &[&str] = &["callback_url", "shared_runtime"];
+
 /// A job as the JSON object a client sent.
 type JobObject = Map<String, Value>;
 
@@ -131,12 +135,10 @@ pub async fn submit(
         Some(Value::Bool(stop)) => *stop,
         Some(_) => return Err(ApiError::InvalidField("stop_on_first_failure must be true or false".into())),
     };
-    // Test cases are one program run many times: the shared lane by default.
-    let shared_runtime = match fields.get("shared_runtime") {
-        None | Some(Value::Null) => fields.contains_key("cases"),
-        Some(Value::Bool(shared)) => *shared,
-        Some(_) => return Err(ApiError::InvalidField("shared_runtime must be true or false".into())),
-    };
+    // Test cases are one program run many times: the owner's long-lived
+    // children by default, in every language. Jobs given one by one follow
+    // their language's default (`validate::lane`), as single jobs do.
+    let shared_runtime = validate::shared_runtime(&fields)?.or(fields.contains_key("cases").then_some(true));
     let callback = callbacks::check_url(&state, &caller.0, fields.get("callback_url")).await?;
     let items = batch_items(&fields)?;
     if items.is_empty() || items.len() > limits.max_batch {
@@ -150,9 +152,9 @@ pub async fn submit(
     let mut specs = Vec::with_capacity(items.len());
     let mut errors = Vec::new();
     for (index, item) in items.into_iter().enumerate() {
-        let item = item.and_then(|job| match job.contains_key("callback_url") {
-            true => Err(ApiError::InvalidField("callback_url belongs on the batch, not on its jobs".into())),
-            false => Ok(job),
+        let item = item.and_then(|job| match BATCH_ONLY.iter().find(|f| job.contains_key(**f)) {
+            Some(field) => Err(ApiError::InvalidField(format!("{field} belongs on the batch, not on its jobs"))),
+            None => Ok(job),
         });
         match item.and_then(|job| validate::job_spec_fields(&job, limits)) {
             Ok(spec) => specs.push(spec),
@@ -164,10 +166,8 @@ pub async fn submit(
     }
 
     let batch_id = uuid::Uuid::new_v4().to_string();
-    if shared_runtime {
-        for spec in &mut specs {
-            spec.shared_lane = Some(batch_id.clone());
-        }
+    for spec in &mut specs {
+        spec.shared_lane = validate::lane(spec, shared_runtime, &caller.0);
     }
     let mut jobs = Vec::with_capacity(specs.len());
     for spec in &specs {

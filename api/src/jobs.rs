@@ -47,6 +47,9 @@ pub struct JobView {
     files: Vec<OutputFile>,
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     files_truncated: bool,
+    /// The job ran in one of its owner's long-lived children that had
+    /// already run another of the owner's jobs (false until it has run).
+    warm: bool,
     created_at: Option<String>,
     started_at: Option<String>,
     finished_at: Option<String>,
@@ -70,6 +73,7 @@ impl From<JobRecord> for JobView {
             stderr_truncated: outcome.as_ref().is_some_and(|o| o.stderr_truncated),
             files: outcome.as_ref().map(|o| o.files.clone()).unwrap_or_default(),
             files_truncated: outcome.as_ref().is_some_and(|o| o.files_truncated),
+            warm: outcome.as_ref().is_some_and(|o| o.warm),
             created_at: record.created_at,
             started_at: record.started_at,
             finished_at: record.finished_at,
@@ -175,9 +179,11 @@ pub async fn submit(
     let fields = validate::json_object(&body)?;
     let spec = validate::job_spec_fields(&fields, &state.config.limits)?;
     let callback = callbacks::check_url(&state, &caller.0, fields.get("callback_url")).await?;
+    let shared_runtime = validate::shared_runtime(&fields)?;
 
     let key = idempotency_key(&headers)?;
-    let Queued { id, duplicate } = enqueue(&state, &caller, &spec, key, callback.as_deref(), None).await?;
+    let Queued { id, duplicate } =
+        enqueue(&state, &caller, &spec, shared_runtime, key, callback.as_deref(), None).await?;
 
     // A retried request answers with the first job as it is now.
     let mut status = Status::Queued;
@@ -203,17 +209,21 @@ pub(crate) struct Queued {
 /// the caller's quotas, with its callback, `Idempotency-Key` and a
 /// compatible API's note, if any. Every surface that runs a job (`/v1/jobs`,
 /// MCP, the compatible APIs) goes through here, so they share one path to
-/// the workers.
+/// the workers, and one rule for where a job runs: the caller's long-lived
+/// children or a fresh child, as `shared_runtime` (None on surfaces that
+/// have no such field) and the language decide ([`validate::lane`]).
 pub(crate) async fn enqueue(
     state: &AppState,
     caller: &Caller,
     spec: &JobSpec,
+    shared_runtime: Option<bool>,
     idempotency_key: Option<&str>,
     callback: Option<&str>,
     compat: Option<&str>,
 ) -> Result<Queued, ApiError> {
     let id = uuid::Uuid::new_v4().to_string();
-    let payload = serde_json::to_string(spec).map_err(|e| ApiError::InvalidJson(e.to_string()))?;
+    let placed = JobSpec { shared_lane: validate::lane(spec, shared_runtime, &caller.0), ..spec.clone() };
+    let payload = serde_json::to_string(&placed).map_err(|e| ApiError::InvalidJson(e.to_string()))?;
     let signature = state.config.shared.signing_key.sign(&id, &payload);
     let idempotency = idempotency_key.map(|key| Idempotency { key, ttl: state.config.shared.result_ttl });
     let created_at = now_rfc3339();

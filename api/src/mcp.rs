@@ -366,7 +366,7 @@ impl McpServer {
         }
         let limits = &self.state.config.limits;
         let spec = validate::job_spec_fields(args, limits)?;
-        let queued = jobs::enqueue(&self.state, caller, &spec, None, None, None).await?;
+        let queued = jobs::enqueue(&self.state, caller, &spec, None, None, None, None).await?;
         // Dropped, and so the job cancelled, when the call is abandoned too.
         let mut pending = CancelOnDrop { state: self.state.clone(), id: Some(queued.id.clone()) };
         let run_for = Duration::from_millis(spec.timeout_ms.unwrap_or(limits.timeouts.default_ms()));
@@ -555,6 +555,7 @@ mod tests {
                 verdict: None,
                 files: Vec::new(),
                 files_truncated: false,
+                warm: false,
             }),
             timings: Timings::default(),
         }

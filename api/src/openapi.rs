@@ -208,10 +208,18 @@ pub struct JobRequest {
     /// resolve to public addresses (or ones RUNBOX_CALLBACK_ALLOW allows).
     #[schema(format = "uri")]
     callback_url: Option<String>,
+    /// Where the job runs. Absent: Python in one of the caller's long-lived
+    /// children, which other jobs of the caller's ran in before, each in a
+    /// fresh interpreter (never another token's); JavaScript and TypeScript
+    /// in a fresh child. `false`: a fresh child of its own. `true`: the
+    /// caller's long-lived children in any language (a JavaScript or
+    /// TypeScript job with `stdin`, `files` or `return_files` still gets a
+    /// fresh child).
+    shared_runtime: Option<bool>,
 }
 
-/// One job of a batch (or its `program`): a job without `callback_url`,
-/// which belongs on the batch.
+/// One job of a batch (or its `program`): a job without `callback_url` or
+/// `shared_runtime`, which belong on the batch.
 #[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 #[allow(dead_code)]
@@ -297,8 +305,10 @@ pub struct JobsBatch {
     jobs: Vec<BatchJobRequest>,
     /// Cancel the jobs still queued once one fails.
     stop_on_first_failure: Option<bool>,
-    /// Run the jobs one after another in one warm child, each in a fresh
-    /// interpreter.
+    /// Where the jobs run, as a job's `shared_runtime` says: absent, Python
+    /// jobs in the caller's long-lived children and the others in fresh
+    /// children; `true`, every job in the caller's long-lived children;
+    /// `false`, every job in a fresh child of its own.
     shared_runtime: Option<bool>,
     /// Where to POST the finished batch, signed; as a job's `callback_url`.
     #[schema(format = "uri")]
@@ -317,7 +327,8 @@ pub struct CasesBatch {
     #[schema(min_items = 1)]
     cases: Vec<CaseRequest>,
     stop_on_first_failure: Option<bool>,
-    /// One warm child for every case; the default here.
+    /// The caller's long-lived children for every case, in any language:
+    /// the default here (`true`). `false`: a fresh child per case.
     shared_runtime: Option<bool>,
     #[schema(format = "uri")]
     callback_url: Option<String>,
@@ -456,7 +467,8 @@ mod tests {
     fn documented_request_fields_are_the_accepted_ones() {
         assert_eq!(properties("JobRequest"), sorted(crate::validate::FIELDS));
         assert_eq!(properties("FileRequest"), sorted(crate::validate::FILE_FIELDS));
-        let in_batch: Vec<&str> = crate::validate::FIELDS.iter().copied().filter(|f| *f != "callback_url").collect();
+        let in_batch: Vec<&str> =
+            crate::validate::FIELDS.iter().copied().filter(|f| !crate::batches::BATCH_ONLY.contains(f)).collect();
         assert_eq!(properties("BatchJobRequest"), sorted(&in_batch));
         let mut batch = properties("JobsBatch");
         batch.extend(properties("CasesBatch"));

@@ -482,7 +482,7 @@ async fn start(
     expires_at_ms: u64,
 ) -> Result<SessionRecord, ApiError> {
     let op = SessionOp::Start { owner: caller.0.clone(), checkpoint, idle_timeout_ms, expires_at_ms };
-    let job = jobs::enqueue(state, caller, &step(language, id, op), None, None, None).await?.id;
+    let job = jobs::enqueue(state, caller, &step(language, id, op), None, None, None, None).await?.id;
     let record = wait_for(state, &job, START_WAIT).await?;
     match record.and_then(|r| r.outcome.filter(|_| r.status.is_final())) {
         None => {}

@@ -9,8 +9,8 @@ use crate::error::ApiError;
 
 /// Fields a job may have. Anything else is refused, so a typo such as
 /// `timeout` for `timeout_ms` is caught instead of silently ignored.
-/// `callback_url` is checked by `callbacks`, since it is not part of the
-/// spec the worker runs.
+/// `callback_url` is checked by `callbacks`, and `shared_runtime` read by
+/// [`shared_runtime`], since neither is part of the spec the worker runs.
 pub(crate) const FIELDS: &[&str] = &[
     "language",
     "code",
@@ -22,6 +22,7 @@ pub(crate) const FIELDS: &[&str] = &[
     "files",
     "return_files",
     "callback_url",
+    "shared_runtime",
 ];
 
 /// Fields a file of `files` may have.
@@ -124,6 +125,7 @@ pub fn job_spec_fields(fields: &Map<String, Value>, limits: &ApiLimits) -> Resul
     }
     let files = files(fields.get("files"), limits)?;
     let return_files = return_files(fields.get("return_files"), language)?;
+    shared_runtime(fields)?;
     Ok(JobSpec {
         language,
         code,
@@ -137,6 +139,32 @@ pub fn job_spec_fields(fields: &Map<String, Value>, limits: &ApiLimits) -> Resul
         shared_lane: None,
         session: None,
     })
+}
+
+/// Parses `shared_runtime`: `true`, `false`, or absent (None: the default
+/// of the job's language, see [`lane`]).
+pub fn shared_runtime(fields: &Map<String, Value>) -> Result<Option<bool>, ApiError> {
+    match fields.get("shared_runtime") {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Bool(shared)) => Ok(Some(*shared)),
+        Some(_) => Err(ApiError::InvalidField("shared_runtime must be true or false".into())),
+    }
+}
+
+/// Where a job of `owner` runs: in the owner's long-lived children (the
+/// lane whose key is the owner, so no two owners ever share a child), or
+/// in a fresh child of its own (None).
+///
+/// Python runs in the owner's children unless the client says
+/// `shared_runtime: false`: a fresh Pyodide costs about 0.4 CPU-s, a warm
+/// child's next interpreter much less. JavaScript and TypeScript run in a
+/// fresh child unless the client asks (`true`): a fresh JS child costs
+/// about 40 ms of CPU, so the lane saves little there, and it changes how a
+/// JS program's stdin and files reach it (the worker keeps such jobs in a
+/// fresh child whatever is asked). A session's steps never take a lane.
+pub fn lane(spec: &JobSpec, asked: Option<bool>, owner: &str) -> Option<String> {
+    let shared = asked.unwrap_or(spec.language == Language::Python);
+    (shared && spec.session.is_none()).then(|| owner.to_owned())
 }
 
 /// Parses `return_files`: `true`, `false`, or a list of up to
@@ -299,6 +327,8 @@ mod tests {
             (r#"{"language":"js","code":"1","expected_stdout":1}"#, "expected_stdout must be a string"),
             (r#"{"language":"js","code":"1","expected_stdout":"1","compare":"fuzzy"}"#, "compare must be"),
             (r#"{"language":"js","code":"1","compare":"trim"}"#, "compare needs expected_stdout"),
+            (r#"{"language":"py","code":"1","shared_runtime":"no"}"#, "shared_runtime must be true or false"),
+            (r#"{"language":"py","code":"1","shared_runtime":0}"#, "shared_runtime must be true or false"),
             (r#"{"language":"js","code":"1","files":{}}"#, "files must be an array"),
             (r#"{"language":"js","code":"1","files":[{"content":"x"}]}"#, "a file has no path"),
             (
@@ -344,6 +374,25 @@ mod tests {
         let body =
             br#"{"language":"js","code":"1","files":[{"path":"a","content":"abcd"},{"path":"ab","content":""}]}"#;
         assert_eq!(job_spec(body, &limits).expect("fits").files.len(), 2);
+    }
+
+    #[test]
+    fn python_runs_in_its_owners_children_unless_it_opts_out() {
+        let lane_of = |body: &str| {
+            let fields = json_object(body.as_bytes()).expect("object");
+            let spec = job_spec_fields(&fields, &ApiLimits::default()).expect("valid");
+            lane(&spec, shared_runtime(&fields).expect("valid"), "alice")
+        };
+        assert_eq!(lane_of(r#"{"language":"py","code":"1"}"#).as_deref(), Some("alice"));
+        assert_eq!(lane_of(r#"{"language":"py","code":"1","shared_runtime":null}"#).as_deref(), Some("alice"));
+        assert_eq!(lane_of(r#"{"language":"py","code":"1","shared_runtime":true}"#).as_deref(), Some("alice"));
+        assert_eq!(lane_of(r#"{"language":"py","code":"1","shared_runtime":false}"#), None);
+        assert_eq!(lane_of(r#"{"language":"js","code":"1"}"#), None);
+        assert_eq!(lane_of(r#"{"language":"ts","code":"1","shared_runtime":false}"#), None);
+        assert_eq!(lane_of(r#"{"language":"ts","code":"1","shared_runtime":true}"#).as_deref(), Some("alice"));
+        let mut step = parse(r#"{"language":"py","code":"1"}"#).expect("valid");
+        step.session = Some(runbox_common::SessionTask { id: "s".into(), op: runbox_common::SessionOp::Exec });
+        assert_eq!(lane(&step, Some(true), "alice"), None, "a session's steps take no lane");
     }
 
     #[test]

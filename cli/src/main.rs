@@ -65,9 +65,13 @@ enum Command {
     /// then a summary by status and verdict on stderr.
     Batch {
         file: PathBuf,
-        /// Run the batches' jobs in the shared-runtime lane.
-        #[arg(long)]
+        /// Run every job in the token's long-lived children, JavaScript and
+        /// TypeScript too (by default only Python jobs are).
+        #[arg(long, conflicts_with = "no_shared_runtime")]
         shared_runtime: bool,
+        /// Run every job in a fresh child of its own, Python too.
+        #[arg(long)]
+        no_shared_runtime: bool,
     },
 }
 
@@ -134,7 +138,11 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             println!("{}", serde_json::to_string_pretty(&job)?);
             Ok(ExitCode::SUCCESS)
         }
-        Command::Batch { file, shared_runtime } => batch(&client, &file, shared_runtime).await,
+        Command::Batch { file, shared_runtime, no_shared_runtime } => {
+            // Neither flag: the api's default for each job's language.
+            let shared = (shared_runtime || no_shared_runtime).then_some(shared_runtime);
+            batch(&client, &file, shared).await
+        }
     }
 }
 
@@ -190,7 +198,7 @@ fn exit_code(job: &Value) -> u8 {
     }
 }
 
-async fn batch(client: &Client, file: &Path, shared_runtime: bool) -> anyhow::Result<ExitCode> {
+async fn batch(client: &Client, file: &Path, shared_runtime: Option<bool>) -> anyhow::Result<ExitCode> {
     let text = std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
     let mut jobs = Vec::new();
     for (number, line) in text.lines().enumerate() {
@@ -215,7 +223,10 @@ async fn batch(client: &Client, file: &Path, shared_runtime: bool) -> anyhow::Re
     let mut verdicts: BTreeMap<String, u64> = BTreeMap::new();
     let mut stdout = std::io::stdout().lock();
     for (chunk_number, chunk) in jobs.chunks(per_batch).enumerate() {
-        let body = json!({ "jobs": chunk, "shared_runtime": shared_runtime });
+        let mut body = json!({ "jobs": chunk });
+        if let Some(shared) = shared_runtime {
+            body["shared_runtime"] = json!(shared);
+        }
         let submitted = client.json(Method::POST, "/v1/batches", Some(&body)).await?;
         let batch_id = submitted["id"].as_str().ok_or_else(|| anyhow!("no batch id in {submitted}"))?;
         let index_of: BTreeMap<String, usize> = submitted["job_ids"]

@@ -82,9 +82,11 @@ pub struct JobSpec {
     /// Files the program wrote that the result should carry back.
     #[serde(default, skip_serializing_if = "ReturnFiles::is_none")]
     pub return_files: ReturnFiles,
-    /// Set by the api, never by a client: jobs with the same value (the id
-    /// of a batch submitted with `shared_runtime`) may run one after another
-    /// in one long-lived child, each in a fresh interpreter.
+    /// Set by the api, never by a client: the owner (token name) whose
+    /// long-lived children may run this job, one job after another, each in
+    /// a fresh interpreter. Only jobs with the same value ever share a
+    /// child, so a value belongs to one owner. None: a fresh child of its
+    /// own (`shared_runtime: false`, and JavaScript unless it asks).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shared_lane: Option<String>,
     /// Set by the api, never by a client: this job is a step of a session
@@ -412,6 +414,10 @@ pub struct Outcome {
     /// Some file was cut short, or left out past [`MAX_RETURN_FILES`].
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub files_truncated: bool,
+    /// The job ran in a long-lived child that had already run another job
+    /// of its owner; false in a child that had run none.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub warm: bool,
 }
 
 impl Outcome {
@@ -443,6 +449,7 @@ impl Outcome {
             verdict: None,
             files: Vec::new(),
             files_truncated: false,
+            warm: false,
         }
     }
 }

@@ -801,7 +801,7 @@ async fn submit(
         other => Judge0Error::Api(other),
     })?;
     let note = serde_json::to_string(&note).map_err(|e| ApiError::InvalidJson(e.to_string()))?;
-    let token = enqueue(state, caller, &spec, None, callback.as_deref(), Some(&note)).await?.id;
+    let token = enqueue(state, caller, &spec, None, None, callback.as_deref(), Some(&note)).await?.id;
     Ok(token)
 }
 

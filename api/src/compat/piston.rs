@@ -367,7 +367,7 @@ async fn execute(
     };
     let (job, runtime) = translate(&fields, state.config.limits.timeouts.max_ms())?;
     let spec = validate::job_spec_fields(&job, &state.config.limits)?;
-    let id = enqueue(&state, &caller, &spec, None, None, None).await?.id;
+    let id = enqueue(&state, &caller, &spec, None, None, None, None).await?.id;
     let timeout = Duration::from_millis(spec.timeout_ms.unwrap_or(state.config.limits.timeouts.default_ms()));
     let record = owned(wait_for(&state, &id, timeout + QUEUE_GRACE).await?, &caller)?;
     if !record.status.is_final() {

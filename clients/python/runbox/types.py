@@ -34,6 +34,9 @@ class Job:
     stderr_truncated: bool = False
     files: list[OutputFile] = field(default_factory=list)
     files_truncated: bool = False
+    #: Ran in one of the token's long-lived children that had already run
+    #: another of its jobs.
+    warm: bool = False
     created_at: Optional[str] = None
     started_at: Optional[str] = None
     finished_at: Optional[str] = None

@@ -65,6 +65,8 @@ export interface Job {
   stderr_truncated?: boolean;
   files?: OutputFile[];
   files_truncated?: boolean;
+  /** Ran in one of the token's long-lived children that had already run another of its jobs. */
+  warm?: boolean;
   created_at?: string | null;
   started_at?: string | null;
   finished_at?: string | null;

@@ -370,6 +370,7 @@ pub(super) fn outcome(
         verdict: None,
         files: Vec::new(),
         files_truncated: false,
+        warm: false,
     };
     // On everything the program wrote, not only the bytes kept.
     outcome.verdict = spec.verdict_with(&outcome, |compare, expected| stdout.matches(compare, expected));
