@@ -3,7 +3,7 @@ use std::time::Duration;
 
 use runbox_common::{ConfigError, SessionLimits, SharedConfig, Timeouts, env_or};
 
-use crate::sandbox::{DEFAULT_RUNTIME_DIR, Limits, PoolConfig};
+use crate::sandbox::{DEFAULT_RUNTIME_DIR, Limits, PoolConfig, WarmConfig};
 
 /// Sandbox settings, read from the environment once at start-up.
 #[derive(Debug, Clone)]
@@ -56,7 +56,9 @@ pub struct WorkerConfig {
     /// `RUNBOX_SHUTDOWN_GRACE_MS`: on SIGTERM, how long running jobs may
     /// finish before they are killed and left for another worker.
     pub shutdown_grace: Duration,
-    /// The warm pool: `RUNBOX_POOL_MIN` and `RUNBOX_POOL_MAX`.
+    /// The warm pool (`RUNBOX_POOL_MIN`, `RUNBOX_POOL_MAX`) and the
+    /// owners' warm children (`RUNBOX_WARM_PER_OWNER`, `RUNBOX_WARM_MAX`,
+    /// `RUNBOX_WARM_IDLE_MS`).
     pub pool: PoolConfig,
     /// `RUNBOX_METRICS_PORT`: serve `/metrics` and `/healthz` here if set.
     pub metrics_port: Option<u16>,
@@ -100,8 +102,32 @@ impl WorkerConfig {
 
 impl PoolConfig {
     /// `RUNBOX_POOL_MIN` (default 1) and `RUNBOX_POOL_MAX` (default
-    /// `concurrency`; 0 turns the pool off), per runtime.
+    /// `concurrency`; 0 turns the pool off), per kind of child, and the
+    /// owners' warm children ([`WarmConfig::from_env`]).
     pub fn from_env(concurrency: usize) -> Result<PoolConfig, ConfigError> {
-        Ok(PoolConfig { min: env_or("RUNBOX_POOL_MIN", 1)?, max: env_or("RUNBOX_POOL_MAX", concurrency)?, concurrency })
+        Ok(PoolConfig {
+            min: env_or("RUNBOX_POOL_MIN", 1)?,
+            max: env_or("RUNBOX_POOL_MAX", concurrency)?,
+            concurrency,
+            warm: WarmConfig::from_env(concurrency)?,
+        })
+    }
+}
+
+impl WarmConfig {
+    /// `RUNBOX_WARM_MAX` (default `concurrency`: an owner that fills every
+    /// slot finds each of its children warm again), `RUNBOX_WARM_PER_OWNER`
+    /// (default `RUNBOX_WARM_MAX`) and `RUNBOX_WARM_IDLE_MS` (default 3000).
+    pub fn from_env(concurrency: usize) -> Result<WarmConfig, ConfigError> {
+        let max = env_or("RUNBOX_WARM_MAX", concurrency)?;
+        let idle_ms: u64 = env_or("RUNBOX_WARM_IDLE_MS", 3000)?;
+        if idle_ms == 0 {
+            return Err(ConfigError::Invalid {
+                name: "RUNBOX_WARM_IDLE_MS",
+                value: "0".into(),
+                reason: "must be at least 1; set RUNBOX_WARM_MAX=0 to keep no child warm".into(),
+            });
+        }
+        Ok(WarmConfig { per_owner: env_or("RUNBOX_WARM_PER_OWNER", max)?, max, idle: Duration::from_millis(idle_ms) })
     }
 }

@@ -19,6 +19,9 @@ pub struct Metrics {
     pub boot_duration: HistogramVec,
     /// Time from a child's end until its result was stored.
     pub write_back: Histogram,
+    /// Jobs that ran in a long-lived child that had already run a job of
+    /// their owner, by language.
+    pub warm_jobs: IntCounterVec,
     /// Job slots currently running a job.
     pub busy_slots: IntGauge,
     /// Jobs refused because their signature did not verify.
@@ -58,6 +61,13 @@ impl Metrics {
             write_back: r.add(Histogram::with_opts(
                 HistogramOpts::new("write_back_seconds", "Time from a child's end until its result was stored.")
                     .buckets(buckets()),
+            )),
+            warm_jobs: r.add(IntCounterVec::new(
+                Opts::new(
+                    "warm_jobs_total",
+                    "Jobs that ran in a long-lived child that had already run a job of their owner.",
+                ),
+                &["language"],
             )),
             busy_slots: r.add(IntGauge::new("busy_slots", "Job slots currently running a job.")),
             rejected_signatures: r.add(IntCounter::new(

@@ -263,6 +263,9 @@ impl Worker {
             self.metrics.jobs_finished.with_label_values(&[language[0], ran.outcome.status.as_str()]).inc();
             self.metrics.run_duration.with_label_values(&language).observe(ran.outcome.duration_ms as f64 / 1000.0);
             self.metrics.boot_duration.with_label_values(&language).observe(ran.boot.as_secs_f64());
+            if ran.outcome.warm {
+                self.metrics.warm_jobs.with_label_values(&language).inc();
+            }
         }
         ran
     }

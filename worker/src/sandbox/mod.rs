@@ -14,11 +14,12 @@
 //!    on timeout or cancellation the whole group gets SIGKILL.
 //!
 //! Steps 1 to 3 can happen before the job exists: [`Runner`] keeps a warm
-//! pool of booted children ([`pool`]), each still used for one job only.
+//! pool of booted children ([`pool`]).
 //!
-//! The Python jobs of a batch submitted with `shared_runtime` take the
-//! shared lane instead ([`shared`]): one long-lived child runs them one
-//! after another, each in a fresh interpreter, under the same limits.
+//! Python jobs (and JS or TS jobs that ask) take the shared lane instead
+//! ([`shared`]): an owner's long-lived children run its jobs one after
+//! another, each in a fresh interpreter, under the same limits; a job that
+//! asked for a fresh child gets a single-use one.
 
 mod channel;
 mod child;
@@ -44,7 +45,7 @@ pub use isolation::{Isolation, NetworkIsolation};
 pub use pool::{PoolConfig, RunReport, Runner};
 pub use runtime::{DEFAULT_RUNTIME_DIR, Runtime, SNAPSHOT_FILE};
 pub use session::{BootedSession, Replayed, Restore, SessionChild, SessionError};
-pub use shared::SharedLane;
+pub use shared::{SharedLane, WarmConfig};
 
 /// Errors that keep a run from starting. Once a child runs, every ending is
 /// an [`Outcome`].

@@ -1,16 +1,28 @@
-//! Warm, single-use runners.
+//! Warm children, booted before their job, and the runner that hands them out.
 //!
-//! A [`Runner`] keeps a few children per runtime already booted (Pyodide
-//! restored, the JS harness loaded) and waiting on stdin, so a job skips
-//! the boot. A child still runs exactly one job: it is taken out of the pool
-//! for the job and killed after it, just as in the cold path, and its
-//! permissions are the same (Python's boot-time read access is revoked
-//! before READY, so a waiting child already has none).
+//! A [`Runner`] keeps a few children per kind already booted and waiting,
+//! so a job skips the boot:
+//!
+//! - single-use JS children (the JS harness loaded), for JavaScript and
+//!   TypeScript jobs, each taken for one job and killed after it;
+//! - shared-mode Python children, bound to no owner yet: the first Python
+//!   job of an owner that has no warm child of its own ([`SharedLane`])
+//!   takes one, and from then on it serves that owner alone;
+//! - single-use Python children, for jobs that asked for a fresh child
+//!   (`shared_runtime: false`), kept only while such jobs come.
+//!
+//! A waiting child has no permissions left (Python's boot-time read access
+//! is revoked before READY), and an unbound one has run nothing, so taking
+//! it is the same as booting one for the job.
 //!
 //! The pool refills in the background, one boot at a time and only while
-//! a job slot is free, so warming never takes CPU from running jobs. Its size
-//! follows demand: per runtime, the most jobs that ran at once in the last
-//! minute, kept between the configured minimum and maximum.
+//! a job slot is free, so warming never takes CPU from running jobs. Its
+//! size follows demand: per kind, the most jobs that took (or waited for) a
+//! child of that kind at once in the last minute, kept between the
+//! configured minimum and maximum (the minimum does not apply to
+//! single-use Python children, which only opted-out jobs use). A Python job
+//! served by its owner's warm child takes nothing from here, so the pool
+//! grows with new owners, not with every job.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, Weak};
@@ -20,43 +32,67 @@ use runbox_common::{JobSpec, Language, Outcome};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
+use super::command::ChildMode;
+use super::shared::{self, SharedChild, WarmConfig};
 use super::{BootedChild, Sandbox, SharedLane};
 
 /// How long a burst of demand keeps the pool large.
 const DEMAND_WINDOW: Duration = Duration::from_secs(60);
 
-/// Pool bounds, per runtime (JavaScript and TypeScript share one).
+/// Pool bounds, per kind of child, and what the owners' warm children may hold.
 #[derive(Debug, Clone, Copy)]
 pub struct PoolConfig {
-    /// Warm children kept even when idle.
+    /// Warm children kept even when idle (JS; unbound Python).
     pub min: usize,
-    /// Warm children at most; 0 turns the pool off (every job boots cold).
+    /// Warm children at most; 0 turns the pool off (every fresh child boots cold).
     pub max: usize,
     /// Jobs that run at once; warming pauses while all are busy.
     pub concurrency: usize,
+    /// Owners' idle children (see [`WarmConfig`]).
+    pub warm: WarmConfig,
 }
 
-/// The two kinds of child: the JS harness serves JavaScript and TypeScript.
+/// The kinds of pooled child.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Kind {
+    /// Single-use, for JavaScript and TypeScript.
     Js = 0,
+    /// Single-use Python, for jobs that opted out of the shared runtime.
     Python = 1,
+    /// A shared-mode Python child that has run nothing and has no owner yet.
+    Shared = 2,
 }
 
-impl Kind {
-    const ALL: [Kind; 2] = [Kind::Python, Kind::Js];
+const KINDS: usize = 3;
 
-    fn of(language: Language) -> Kind {
+impl Kind {
+    const ALL: [Kind; KINDS] = [Kind::Shared, Kind::Js, Kind::Python];
+
+    fn single(language: Language) -> Kind {
         match language {
             Language::Python => Kind::Python,
             Language::Javascript | Language::Typescript => Kind::Js,
         }
     }
 
-    fn language(self) -> Language {
+    /// Whether the pool's minimum applies: to the kinds that jobs take by
+    /// default, not to the opted-out's.
+    fn kept_idle(self) -> bool {
+        self != Kind::Python
+    }
+}
+
+/// A child waiting in the pool.
+enum Warm {
+    Single(BootedChild),
+    Shared(SharedChild),
+}
+
+impl Warm {
+    fn is_alive(&mut self) -> bool {
         match self {
-            Kind::Python => Language::Python,
-            Kind::Js => Language::Javascript,
+            Warm::Single(child) => child.is_alive(),
+            Warm::Shared(child) => child.is_alive(),
         }
     }
 }
@@ -71,8 +107,9 @@ pub struct RunReport {
     pub boot: Duration,
 }
 
-/// Runs jobs, from the warm pool when it has a child and cold otherwise,
-/// or in the shared lane when the job's batch asked for it.
+/// Runs jobs: in their owner's warm children (the shared lane) when the
+/// job's spec names an owner, else each in a fresh child; a fresh child
+/// comes from the warm pool when it has one, and is booted otherwise.
 pub struct Runner {
     sandbox: Arc<Sandbox>,
     pool: Option<Arc<Pool>>,
@@ -88,27 +125,33 @@ struct Pool {
 
 #[derive(Default)]
 struct State {
-    idle: [VecDeque<BootedChild>; 2],
+    idle: [VecDeque<Warm>; KINDS],
     /// Children the refiller is booting right now.
-    booting: [usize; 2],
-    running: [usize; 2],
-    /// Jobs running in the shared lane, which need no warm child but do
-    /// hold a slot.
-    shared_running: usize,
-    /// The most jobs of each kind that ran at once lately, and when.
-    peak: [(usize, Option<Instant>); 2],
+    booting: [usize; KINDS],
+    /// Jobs that took, or are waiting for, a child of each kind and are
+    /// not done: the demand the pool's size follows.
+    wanting: [usize; KINDS],
+    /// Jobs running on this runner, in any lane: every one holds a slot,
+    /// and warming pauses while they fill all of them.
+    busy: usize,
+    /// The most jobs of each kind that wanted a child at once lately, and when.
+    peak: [(usize, Option<Instant>); KINDS],
 }
 
 impl Runner {
-    /// A runner with no pool: every job boots its own child.
+    /// A runner with no pool: every fresh child is booted for its job.
     pub fn cold(sandbox: Arc<Sandbox>) -> Runner {
-        Runner { shared: SharedLane::new(sandbox.clone(), 1), sandbox, pool: None }
+        Runner::without_pool(sandbox, WarmConfig::default())
+    }
+
+    fn without_pool(sandbox: Arc<Sandbox>, warm: WarmConfig) -> Runner {
+        Runner { shared: SharedLane::new(sandbox.clone(), warm), sandbox, pool: None }
     }
 
     /// A runner with a warm pool, refilled by a task on the current runtime.
     pub fn pooled(sandbox: Arc<Sandbox>, config: PoolConfig) -> Runner {
         if config.max == 0 {
-            return Runner::cold(sandbox);
+            return Runner::without_pool(sandbox, config.warm);
         }
         let pool = Arc::new(Pool {
             sandbox: sandbox.clone(),
@@ -117,41 +160,67 @@ impl Runner {
             changed: Arc::new(Notify::new()),
         });
         tokio::spawn(refill(Arc::downgrade(&pool)));
-        Runner { shared: SharedLane::new(sandbox.clone(), config.concurrency), sandbox, pool: Some(pool) }
+        Runner { shared: SharedLane::new(sandbox.clone(), config.warm), sandbox, pool: Some(pool) }
     }
 
     pub fn sandbox(&self) -> &Sandbox {
         &self.sandbox
     }
 
-    /// Runs `spec` and reports how it ended: in a fresh child, or in the
-    /// shared lane if its batch asked for that.
+    /// Runs `spec` and reports how it ended: in its owner's warm children
+    /// if its spec names an owner and the lane takes it, else in a fresh
+    /// child of its own.
     pub async fn run(&self, spec: &JobSpec, cancel: &CancellationToken) -> RunReport {
-        if let Some(lane) = SharedLane::takes(spec) {
-            if let Some(pool) = &self.pool {
-                pool.lock().shared_running += 1;
-            }
-            let report = self.shared.run(lane, spec, cancel).await;
-            if let Some(pool) = &self.pool {
-                pool.lock().shared_running -= 1;
-                pool.changed.notify_waiters();
-            }
-            return report;
+        // Held for the whole run, in every lane, so warming sees exactly
+        // how many slots are taken.
+        let _busy = self.pool.as_ref().map(|pool| pool.busy());
+        match SharedLane::takes(spec) {
+            Some(owner) => self.run_shared(owner, spec, cancel).await,
+            None => self.run_single(spec, cancel).await,
         }
-        let kind = Kind::of(spec.language);
+    }
+
+    /// Runs `spec` in a warm child of `owner`, or else in a fresh shared
+    /// child, which then stays warm for `owner` if it may.
+    async fn run_shared(&self, owner: &str, spec: &JobSpec, cancel: &CancellationToken) -> RunReport {
+        let kind = shared::Kind::of(spec.language);
         let waiting = Instant::now();
-        let warm = match &self.pool {
-            Some(pool) => pool.take(kind).await,
-            None => None,
+        if let Some(child) = self.shared.take(owner, kind).await {
+            let outcome = self.shared.run(owner, child, spec, cancel).await;
+            return RunReport { outcome, boot: Duration::ZERO };
+        }
+        // Only Python children are pooled: a JS child boots in tens of
+        // milliseconds.
+        let (warm, demand) = match (&self.pool, kind) {
+            (Some(pool), shared::Kind::Python) => pool.take(Kind::Shared).await,
+            _ => (None, None),
         };
         let (child, boot) = match warm {
-            // Ready at once counts as no boot at all.
-            Some(child) if waiting.elapsed() < Duration::from_millis(1) => (Ok(child), Duration::ZERO),
-            Some(child) => (Ok(child), waiting.elapsed()),
-            None => {
-                let child = BootedChild::boot(&self.sandbox, spec.language).await;
-                (child, waiting.elapsed())
+            Some(Warm::Shared(child)) => (Ok(child), waited(waiting)),
+            _ => (SharedChild::boot(&self.sandbox, kind, ChildMode::Shared).await, waiting.elapsed()),
+        };
+        let outcome = match child {
+            Ok(child) => self.shared.run(owner, child, spec, cancel).await,
+            Err(e) => {
+                tracing::error!(error = %e, "sandbox failed to start a shared child");
+                Outcome::internal_error("runbox could not start the sandbox for this job")
             }
+        };
+        // The demand counted by the take lasts until here.
+        drop(demand);
+        RunReport { outcome, boot }
+    }
+
+    /// Runs `spec` in a single-use child: a warm one if the pool has it.
+    async fn run_single(&self, spec: &JobSpec, cancel: &CancellationToken) -> RunReport {
+        let waiting = Instant::now();
+        let (warm, demand) = match &self.pool {
+            Some(pool) => pool.take(Kind::single(spec.language)).await,
+            None => (None, None),
+        };
+        let (child, boot) = match warm {
+            Some(Warm::Single(child)) => (Ok(child), waited(waiting)),
+            _ => (BootedChild::boot(&self.sandbox, spec.language).await, waiting.elapsed()),
         };
         let outcome = match child {
             Ok(child) => child.run(spec, &self.sandbox, cancel).await,
@@ -160,19 +229,28 @@ impl Runner {
                 Outcome::internal_error("runbox could not start the sandbox for this job")
             }
         };
-        if let Some(pool) = &self.pool {
-            pool.finished(kind);
-        }
+        drop(demand);
         RunReport { outcome, boot }
     }
 
-    /// Asks for a warm child of `language`'s kind and waits until one is
-    /// ready. For tests and benchmarks that must exercise the warm path.
+    /// Asks for a warm single-use child of `language`'s kind and waits
+    /// until one is ready. For tests and benchmarks that must exercise the
+    /// warm path.
     pub async fn wait_warm(&self, language: Language) {
+        self.wait_for(Kind::single(language)).await;
+    }
+
+    /// Asks for an unbound shared Python child and waits until one is
+    /// ready, so that a new owner's first Python job finds it.
+    pub async fn wait_warm_shared(&self) {
+        self.wait_for(Kind::Shared).await;
+    }
+
+    async fn wait_for(&self, kind: Kind) {
         let Some(pool) = &self.pool else { return };
+        let k = kind as usize;
         {
             let mut state = pool.lock();
-            let k = Kind::of(language) as usize;
             state.peak[k] = (state.peak[k].0.max(1), Some(Instant::now()));
         }
         pool.changed.notify_waiters();
@@ -180,11 +258,37 @@ impl Runner {
             let notified = pool.changed.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            if !pool.lock().idle[Kind::of(language) as usize].is_empty() {
+            if !pool.lock().idle[k].is_empty() {
                 return;
             }
             notified.await;
         }
+    }
+}
+
+/// No wait at all for a child that was ready at once, else the time waited
+/// for the one that was booting.
+fn waited(since: Instant) -> Duration {
+    let waited = since.elapsed();
+    if waited < Duration::from_millis(1) { Duration::ZERO } else { waited }
+}
+
+/// Counts a job, of a kind or in all, for as long as it is held.
+struct Counted {
+    pool: Arc<Pool>,
+    /// The kind whose demand it counts, or None for the busy count.
+    kind: Option<Kind>,
+}
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        let mut state = self.pool.lock();
+        match self.kind {
+            Some(kind) => state.wanting[kind as usize] = state.wanting[kind as usize].saturating_sub(1),
+            None => state.busy = state.busy.saturating_sub(1),
+        }
+        drop(state);
+        self.pool.changed.notify_waiters();
     }
 }
 
@@ -193,21 +297,29 @@ impl Pool {
         self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// Counts the job and takes a live warm child for `kind`: one that is
-    /// ready, or else one that is already booting (it is further along than
-    /// a new boot would be). None when neither exists.
-    async fn take(&self, kind: Kind) -> Option<BootedChild> {
+    /// Counts a running job until the guard is dropped.
+    fn busy(self: &Arc<Self>) -> Counted {
+        self.lock().busy += 1;
+        Counted { pool: self.clone(), kind: None }
+    }
+
+    /// Counts a job's demand for `kind` (until the guard is dropped) and
+    /// takes a live warm child of that kind: one that is ready, or else one
+    /// that is already booting (it is further along than a new boot would
+    /// be). None when neither exists.
+    async fn take(self: &Arc<Self>, kind: Kind) -> (Option<Warm>, Option<Counted>) {
         let k = kind as usize;
         {
             let mut state = self.lock();
-            state.running[k] += 1;
+            state.wanting[k] += 1;
             let now = Instant::now();
             let (peak, at) = state.peak[k];
             let stale = at.is_none_or(|at| now.duration_since(at) > DEMAND_WINDOW);
-            if stale || state.running[k] >= peak {
-                state.peak[k] = (state.running[k], Some(now));
+            if stale || state.wanting[k] >= peak {
+                state.peak[k] = (state.wanting[k], Some(now));
             }
         }
+        let counted = Some(Counted { pool: self.clone(), kind: Some(kind) });
         self.changed.notify_waiters();
         loop {
             let changed = self.changed.notified();
@@ -217,29 +329,24 @@ impl Pool {
                 let mut state = self.lock();
                 while let Some(mut candidate) = state.idle[k].pop_front() {
                     if candidate.is_alive() {
-                        return Some(candidate);
+                        return (Some(candidate), counted);
                     }
+                    // Its directory is removed off the async threads.
+                    tokio::task::spawn_blocking(move || drop(candidate));
                 }
                 if state.booting[k] == 0 {
-                    return None;
+                    return (None, counted);
                 }
             }
             changed.await;
         }
     }
 
-    fn finished(&self, kind: Kind) {
-        let mut state = self.lock();
-        state.running[kind as usize] = state.running[kind as usize].saturating_sub(1);
-        drop(state);
-        self.changed.notify_waiters();
-    }
-
     /// Picks the kind most short of its target and counts it as booting,
     /// if warming may run now.
     fn start_boot(&self) -> Option<Kind> {
         let mut state = self.lock();
-        if state.running.iter().sum::<usize>() + state.shared_running >= self.config.concurrency {
+        if state.busy >= self.config.concurrency {
             return None;
         }
         let now = Instant::now();
@@ -250,7 +357,8 @@ impl Pool {
                 let (peak, at) = state.peak[k];
                 let recent = at.is_some_and(|at| now.duration_since(at) <= DEMAND_WINDOW);
                 let demand = if recent { peak } else { 0 };
-                let target = demand.clamp(self.config.min, self.config.max.max(self.config.min));
+                let min = if kind.kept_idle() { self.config.min } else { 0 };
+                let target = demand.clamp(min, self.config.max.max(min));
                 (kind, target.saturating_sub(state.idle[k].len() + state.booting[k]))
             })
             .filter(|(_, short)| *short > 0)
@@ -262,12 +370,22 @@ impl Pool {
         next
     }
 
-    fn put(&self, kind: Kind, child: BootedChild) {
+    fn put(&self, kind: Kind, child: Warm) {
         let mut state = self.lock();
         state.idle[kind as usize].push_back(child);
         state.booting[kind as usize] = state.booting[kind as usize].saturating_sub(1);
         drop(state);
         self.changed.notify_waiters();
+    }
+
+    async fn boot(&self, kind: Kind) -> Result<Warm, super::SandboxError> {
+        match kind {
+            Kind::Js => BootedChild::boot(&self.sandbox, Language::Javascript).await.map(Warm::Single),
+            Kind::Python => BootedChild::boot(&self.sandbox, Language::Python).await.map(Warm::Single),
+            Kind::Shared => {
+                SharedChild::boot(&self.sandbox, shared::Kind::Python, ChildMode::Shared).await.map(Warm::Shared)
+            }
+        }
     }
 }
 
@@ -276,7 +394,7 @@ async fn refill(pool: Weak<Pool>) {
     loop {
         let Some(strong) = pool.upgrade() else { return };
         match strong.start_boot() {
-            Some(kind) => match BootedChild::boot(&strong.sandbox, kind.language()).await {
+            Some(kind) => match strong.boot(kind).await {
                 Ok(child) => strong.put(kind, child),
                 Err(e) => {
                     strong.lock().booting[kind as usize] -= 1;

@@ -121,7 +121,7 @@ impl BootedSession {
         if language == Language::Typescript {
             return Err(SessionError::Failed("sessions run python or javascript".into()));
         }
-        let inner = SharedChild::boot(sandbox, "session", Kind::of(language), ChildMode::Session).await?;
+        let inner = SharedChild::boot(sandbox, Kind::of(language), ChildMode::Session).await?;
         let (memory_mb, max_job) = (sandbox.limits.memory_mb, sandbox.limits.timeouts.max);
         Ok(BootedSession { inner: Some(inner), memory_mb, max_job })
     }

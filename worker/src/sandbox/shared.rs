@@ -1,5 +1,9 @@
-//! The shared lane: long-lived children that run the jobs of one batch one
-//! after another (a batch submitted with `shared_runtime`).
+//! The shared lane: long-lived children that run one owner's jobs one
+//! after another, each in a fresh interpreter. Every Python job takes it
+//! unless it asked for a fresh child (`shared_runtime: false`); JS and TS
+//! jobs take it when they ask (`shared_runtime: true`). The lane key, set
+//! by the api in the signed spec, is the owner (the token's name), so jobs
+//! of different tokens never share a process.
 //!
 //! A fresh Python child spends about 0.4 CPU-s booting Pyodide before its
 //! job starts. A shared one starts Deno, reads Pyodide's files and compiles
@@ -11,16 +15,24 @@
 //! (see `runtime/harness/js.mjs`); jobs with stdin or files stay in the
 //! default lane (see [`SharedLane::takes`]).
 //!
+//! Where a job's child comes from: an idle child of its owner if one is
+//! waiting and clean ([`SharedLane::take`]); else a fresh one, for Python
+//! from the runner's pool of shared children that have run nothing and
+//! belong to nobody yet, so an owner with no warm child waits no longer
+//! than a job in a fresh child would. After the job the child stays idle
+//! for its owner ([`SharedLane::put`]), within [`WarmConfig`]'s caps, for
+//! at most [`WarmConfig::idle`]. A job's outcome says whether its child
+//! had already run one of the owner's jobs (`warm`).
+//!
 //! Unchanged from the default lane: the deny-all flags, and each job's
 //! timeout, memory cap and output caps. What differs:
 //!
 //! - Jobs share a process, but not a realm: each runs in a Worker of its
 //!   own, and the harness's realm, which holds the channel and the nonces,
 //!   is out of every job's reach (see `runtime/harness/protocol.mjs`).
-//!   Only jobs of one batch, whose id is the lane key and which has one
-//!   owner, ever meet in a child.
+//!   Only jobs of one owner ever meet in a child.
 //! - A timeout, cancellation or memory death kills the child, as in the
-//!   default lane; the batch's next job gets another one.
+//!   default lane; the owner's next job gets another one.
 //! - A child is replaced whenever a job may have left something behind: a
 //!   thread is left that the runtime does not start by itself (a job's
 //!   Worker that did not stop), bytes arrive outside a job, or the
@@ -45,7 +57,7 @@ use super::child::{
 };
 use super::command::{ChildMode, deno_command};
 use super::output::{Captured, capture_until};
-use super::{RunReport, Sandbox, SandboxError};
+use super::{Sandbox, SandboxError};
 
 /// What the harness writes after each job, before the job's nonce.
 pub(super) const END_MARKER: &str = "\u{6}runbox-end:";
@@ -55,7 +67,8 @@ pub(super) const END_MARKER: &str = "\u{6}runbox-end:";
 /// ended it: time for the KeyboardInterrupt to unwind.
 const INTERRUPT_GRACE: Duration = Duration::from_secs(2);
 
-/// How long an idle shared child waits for its batch's next job.
+/// How long an idle shared child waits for its owner's next job, unless
+/// configured ([`WarmConfig::idle`]).
 const IDLE_TIMEOUT: Duration = Duration::from_secs(3);
 
 /// Threads a Deno child runs by itself, besides the Workers of its harness
@@ -91,12 +104,32 @@ const STRAY_WAIT: Duration = Duration::from_millis(2);
 /// How long to wait for the output pipes to close once a child is killed.
 pub(super) const DRAIN_TIMEOUT: Duration = Duration::from_secs(2);
 
-/// The shared lane of one worker: idle children, each kept for its batch.
+/// How many idle children the lane keeps, and for how long.
+#[derive(Debug, Clone, Copy)]
+pub struct WarmConfig {
+    /// Idle children one owner may hold on this worker; past it, the
+    /// owner's oldest goes.
+    pub per_owner: usize,
+    /// Idle children this worker holds in all; past it, the owner holding
+    /// the most gives up its oldest. 0 keeps none: every job gets a fresh child.
+    pub max: usize,
+    /// How long an idle child waits for its owner's next job.
+    pub idle: Duration,
+}
+
+impl Default for WarmConfig {
+    /// One idle child, for 3 s.
+    fn default() -> Self {
+        WarmConfig { per_owner: 1, max: 1, idle: IDLE_TIMEOUT }
+    }
+}
+
+/// The shared lane of one worker: idle children, each kept for its owner.
 pub struct SharedLane {
     sandbox: Arc<Sandbox>,
+    /// Oldest first.
     idle: Mutex<Vec<Idle>>,
-    /// Idle children kept at most; the oldest goes first.
-    max_idle: usize,
+    config: WarmConfig,
 }
 
 struct Idle {
@@ -105,17 +138,18 @@ struct Idle {
 }
 
 impl SharedLane {
-    /// A lane keeping at most `max_idle` idle children, which a task on the
-    /// current runtime ends once they have waited [`IDLE_TIMEOUT`].
-    pub fn new(sandbox: Arc<Sandbox>, max_idle: usize) -> Arc<SharedLane> {
-        let lane = Arc::new(SharedLane { sandbox, idle: Mutex::default(), max_idle: max_idle.max(1) });
+    /// A lane keeping idle children within `config`, which a task on the
+    /// current runtime ends once they have waited `config.idle`.
+    pub fn new(sandbox: Arc<Sandbox>, config: WarmConfig) -> Arc<SharedLane> {
+        let lane = Arc::new(SharedLane { sandbox, idle: Mutex::default(), config });
         tokio::spawn(reap(Arc::downgrade(&lane)));
         lane
     }
 
-    /// Whether `spec` runs in this lane: a job of a shared batch, unless
-    /// it is a JS or TS job with stdin or files, which a JS job reads from
-    /// the process's stdin and disk, or asks files back.
+    /// The lane of `spec`, its owner, if it runs in this lane: a job whose
+    /// spec names one, unless it is a JS or TS job with stdin or files,
+    /// which a JS job reads from the process's stdin and disk, or asks
+    /// files back.
     pub fn takes(spec: &JobSpec) -> Option<&str> {
         let fits = match spec.language {
             Language::Python => true,
@@ -126,43 +160,40 @@ impl SharedLane {
         spec.shared_lane.as_deref().filter(|_| fits)
     }
 
-    /// Runs `spec` in an idle child of batch `lane`, or a new one.
-    pub async fn run(&self, lane: &str, spec: &JobSpec, cancel: &CancellationToken) -> RunReport {
-        let started = Instant::now();
-        let kind = Kind::of(spec.language);
-        let idle = self.take(lane, kind).await;
-        let (child, boot) = match idle {
-            Some(child) => (Ok(child), Duration::ZERO),
-            None => (SharedChild::boot(&self.sandbox, lane, kind, ChildMode::Shared).await, started.elapsed()),
-        };
-        let mut child = match child {
-            Ok(child) => child,
-            Err(e) => {
-                tracing::error!(error = %e, "sandbox failed to start a shared child");
-                let outcome = Outcome::internal_error("runbox could not start the sandbox for this job");
-                return RunReport { outcome, boot };
-            }
-        };
-        let (outcome, reusable) = child.run(spec, &self.sandbox, cancel).await;
+    /// Runs `spec` in `child`, which is `owner`'s from now on, and keeps the
+    /// child idle for the owner's next job if it may run one.
+    pub(super) async fn run(
+        &self,
+        owner: &str,
+        mut child: SharedChild,
+        spec: &JobSpec,
+        cancel: &CancellationToken,
+    ) -> Outcome {
+        debug_assert!(child.lane.as_deref().is_none_or(|lane| lane == owner), "a child changed owners");
+        child.lane = Some(owner.to_owned());
+        let warm = child.jobs > 0;
+        let (mut outcome, reusable) = child.run(spec, &self.sandbox, cancel).await;
+        outcome.warm = warm;
         if reusable {
             self.put(child);
         } else {
             retire(vec![child]);
         }
-        RunReport { outcome, boot }
+        outcome
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Idle>> {
         self.idle.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// Takes an idle child of `lane` and `kind` that still looks clean.
-    async fn take(&self, lane: &str, kind: Kind) -> Option<SharedChild> {
+    /// Takes the newest idle child of `owner` and `kind` that still looks
+    /// clean; children of any other owner are never looked at.
+    pub(super) async fn take(&self, owner: &str, kind: Kind) -> Option<SharedChild> {
         loop {
             let mut child = {
                 let mut idle = self.lock();
-                let at = idle.iter().rposition(|i| i.child.lane == lane && i.child.kind == kind)?;
-                idle.swap_remove(at).child
+                let at = idle.iter().rposition(|i| i.child.lane.as_deref() == Some(owner) && i.child.kind == kind)?;
+                idle.remove(at).child
             };
             // A thread a job started can take a moment to appear.
             if child.is_clean().await {
@@ -172,11 +203,33 @@ impl SharedLane {
         }
     }
 
+    /// Keeps `child` idle for its owner, within the caps: past the owner's
+    /// own, its oldest idle child goes; past the worker's, the owner that
+    /// holds the most idle children gives up its oldest, so one busy token
+    /// cannot push every other token's warm child out.
     fn put(&self, child: SharedChild) {
+        let Some(owner) = child.lane.clone() else { return retire(vec![child]) };
         let mut idle = self.lock();
         idle.push(Idle { child, since: Instant::now() });
-        let excess = idle.len().saturating_sub(self.max_idle);
-        let gone: Vec<SharedChild> = idle.drain(..excess).map(|i| i.child).collect();
+        let mut gone = Vec::new();
+        while idle.iter().filter(|i| i.child.lane.as_ref() == Some(&owner)).count() > self.config.per_owner {
+            let Some(oldest) = idle.iter().position(|i| i.child.lane.as_ref() == Some(&owner)) else { break };
+            gone.push(idle.remove(oldest).child);
+        }
+        while idle.len() > self.config.max {
+            let held = |lane: &Option<String>| idle.iter().filter(|i| &i.child.lane == lane).count();
+            // The first of the owners holding the most is the one whose
+            // oldest child is oldest.
+            let Some(at) = idle
+                .iter()
+                .enumerate()
+                .max_by_key(|(at, i)| (held(&i.child.lane), std::cmp::Reverse(*at)))
+                .map(|(at, _)| at)
+            else {
+                break;
+            };
+            gone.push(idle.remove(at).child);
+        }
         drop(idle);
         retire(gone);
     }
@@ -184,11 +237,15 @@ impl SharedLane {
 
 /// Ends idle children that waited too long, until the lane is dropped.
 async fn reap(lane: Weak<SharedLane>) {
+    let every = lane.upgrade().map_or(Duration::from_millis(500), |lane| {
+        (lane.config.idle / 4).clamp(Duration::from_millis(20), Duration::from_millis(500))
+    });
     loop {
-        tokio::time::sleep(Duration::from_millis(500)).await;
+        tokio::time::sleep(every).await;
         let Some(lane) = lane.upgrade() else { return };
         let mut idle = lane.lock();
-        let (expired, kept): (Vec<Idle>, Vec<Idle>) = idle.drain(..).partition(|i| i.since.elapsed() > IDLE_TIMEOUT);
+        let timeout = lane.config.idle;
+        let (expired, kept): (Vec<Idle>, Vec<Idle>) = idle.drain(..).partition(|i| i.since.elapsed() > timeout);
         *idle = kept;
         drop(idle);
         retire(expired.into_iter().map(|i| i.child).collect());
@@ -243,8 +300,8 @@ pub(super) struct SharedChild {
     stdout: ChildStdout,
     stderr: ChildStderr,
     channel: Channel,
-    /// The batch whose jobs this child runs, and which of them.
-    lane: String,
+    /// The owner whose jobs this child runs: none until its first job.
+    lane: Option<String>,
     pub(super) kind: Kind,
     /// Jobs it has run.
     jobs: u32,
@@ -308,12 +365,7 @@ pub(super) struct Bounds {
 }
 
 impl SharedChild {
-    pub(super) async fn boot(
-        sandbox: &Sandbox,
-        lane: &str,
-        kind: Kind,
-        mode: ChildMode,
-    ) -> Result<SharedChild, SandboxError> {
+    pub(super) async fn boot(sandbox: &Sandbox, kind: Kind, mode: ChildMode) -> Result<SharedChild, SandboxError> {
         let language = if kind == Kind::Python { Language::Python } else { Language::Javascript };
         let prepare = {
             let sandbox = sandbox.clone();
@@ -351,13 +403,18 @@ impl SharedChild {
             stdout,
             stderr,
             channel,
-            lane: lane.to_owned(),
+            lane: None,
             kind,
             jobs: 0,
             resident_at_boot,
             leftover_allowance,
             _dir: dir,
         })
+    }
+
+    /// False once the child has exited.
+    pub(super) fn is_alive(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
     }
 
     /// Fit for the next job: alive, with only the runtime's own threads once
@@ -413,7 +470,7 @@ impl SharedChild {
     }
 
     /// Runs `spec` and returns how it ended, and whether this child may run
-    /// the batch's next job (or, in a session, the session's next exec).
+    /// its owner's next job (or, in a session, the session's next exec).
     pub(super) async fn run(
         &mut self,
         spec: &JobSpec,

@@ -4,7 +4,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use runbox_common::{JobSpec, Language, Outcome, SessionOp, SessionTask, Status, Timeouts, Verdict};
-use runbox_worker::sandbox::{Limits, PoolConfig, Restore, Runner, Runtime, Sandbox, SessionChild, SharedLane};
+use runbox_worker::sandbox::{
+    Limits, PoolConfig, Restore, Runner, Runtime, Sandbox, SessionChild, SharedLane, WarmConfig,
+};
 use tokio::sync::OnceCell;
 use tokio_util::sync::CancellationToken;
 
@@ -67,7 +69,7 @@ fn session_takes(spec: &JobSpec) -> bool {
 pub async fn runner_with(limits: Limits, work_dir: &Path) -> Runner {
     let sandbox = Arc::new(Sandbox { limits, work_dir: work_dir.to_owned(), ..sandbox().await.clone() });
     if pooled() {
-        Runner::pooled(sandbox, PoolConfig { min: 0, max: 1, concurrency: 1 })
+        Runner::pooled(sandbox, PoolConfig { min: 0, max: 1, concurrency: 1, warm: WarmConfig::default() })
     } else {
         Runner::cold(sandbox)
     }
@@ -111,8 +113,8 @@ async fn run_in_shared_lane(runner: &Runner, spec: &JobSpec) -> Option<Outcome> 
     let first = JobSpec { shared_lane: Some(lane.clone()), ..spec.clone() };
     SharedLane::takes(&first)?;
     let report = runner.run(&first, &CancellationToken::new()).await;
-    // A new batch has no child of its own yet: job 1 always boots one.
-    assert!(report.boot >= Duration::from_millis(5), "job 1 did not get a child of its own: {:?}", report.boot);
+    // A new lane has no child of its own yet: job 1 always gets a fresh one.
+    assert!(!report.outcome.warm, "job 1 ran in a child that had run another job: {:#?}", report.outcome);
     let (code, stdin, stdout) = match spec.language {
         Py => ("import sys\nprint(len(sys.stdin.read()), sum(range(10)))", "abc", "3 45\n"),
         Js | Ts => ("console.log([1, 2, 3].map((x) => x * 2).join(), typeof leftover)", "", "2,4,6 undefined\n"),
