@@ -28,3 +28,4 @@ mod tenancy;
 mod util;
 mod verdicts;
 mod verify;
+mod warm;

@@ -852,3 +852,63 @@ async fn tenancy_mcp_tools_reach_only_their_tokens_jobs_and_sessions() {
     let absent = mcp_tool(&api, BOB, "run_in_session", json!({ "session_id": NOBODY, "code": "1" })).await;
     assert_tool_absent(&got, &absent, "no_session", "bob run_in_session after close");
 }
+
+/// A token's Python jobs run in its own warm children, and a job of one
+/// token never runs in a process that ran another token's, whichever
+/// surface sent it. One worker with one slot and room for two idle
+/// children: keyed by anything but the token, bob's first job would find
+/// alice's child idle and run in it.
+#[tokio::test]
+async fn tenancy_warm_children_serve_only_their_token() {
+    let worker_env = [
+        ("RUNBOX_WORKER_CONCURRENCY", "1"),
+        ("RUNBOX_WARM_PER_OWNER", "1"),
+        ("RUNBOX_WARM_MAX", "2"),
+        ("RUNBOX_WARM_IDLE_MS", "60000"),
+    ];
+    let (api, _redis, _worker) = stack(&[], &worker_env).await;
+    let (alice, bob) = (As { api: &api, token: ALICE }, As { api: &api, token: BOB });
+    let python = json!({ "language": "python", "code": PYTHON_PID });
+
+    let (warm, alices) = child_of(&run_as(&api, ALICE, &python).await);
+    assert!(!warm);
+    assert_eq!(child_of(&run_as(&api, ALICE, &python).await), (true, alices), "alice's second job");
+    // Time for the pool to have a fresh child ready: bob waits for no boot.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let first = run_as(&api, BOB, &python).await;
+    let (warm, bobs) = child_of(&first);
+    assert!(!warm && bobs != alices, "bob's first job ran in child {bobs} (warm {warm}); alice's is {alices}: {first}");
+    assert_eq!(first["timings"]["boot_ms"], 0, "bob's first job waited for a boot: {first}");
+    assert_eq!(child_of(&run_as(&api, BOB, &python).await), (true, bobs), "bob's second job");
+    assert_eq!(child_of(&run_as(&api, ALICE, &python).await), (true, alices), "alice's child was kept");
+
+    // Every surface: MCP's run_code, Judge0, Piston and batches take the
+    // same default, into the same token's child.
+    let ran = mcp_tool(&api, BOB, "run_code", json!({ "language": "python", "code": PYTHON_PID })).await;
+    let ran = tool_ok(&ran, "bob run_code");
+    let (_, job) = bob.get(&format!("/v1/jobs/{}", id_of(&ran))).await;
+    assert_eq!(child_of(&job), (true, bobs), "bob's run_code: {job}");
+    let submission = json!({ "source_code": PYTHON_PID, "language_id": 71 });
+    let response =
+        api.http.post(api.url("/judge0/submissions?wait=true")).header("X-Auth-Token", ALICE).json(&submission);
+    let created: Value = response.send().await.expect("post").json().await.expect("json");
+    let (_, job) = alice.get(&format!("/v1/jobs/{}", created["token"].as_str().expect("token"))).await;
+    assert_eq!(child_of(&job), (true, alices), "alice's Judge0 submission: {job}");
+    let execute = json!({ "language": "python", "version": "*", "files": [{ "content": PYTHON_PID }] });
+    let response = api.http.post(api.url(&format!("/piston/{BOB}/api/v2/execute"))).json(&execute);
+    let ran: Value = response.send().await.expect("post").json().await.expect("json");
+    assert_eq!(ran["run"]["stdout"], format!("{bobs}\n"), "bob's Piston run: {ran}");
+    let (status, submitted) = alice.post("/v1/batches", &json!({ "jobs": [python.clone(), python.clone()] })).await;
+    assert_eq!(status, 202, "{submitted}");
+    let (_, done) = alice.get(&format!("/v1/batches/{}?wait=60", id_of(&submitted))).await;
+    for job in done["jobs"].as_array().expect("jobs") {
+        assert_eq!(child_of(job), (true, alices), "alice's batch: {job}");
+    }
+
+    // JavaScript that asks for it, the same.
+    let js = json!({ "language": "javascript", "code": JS_PID, "shared_runtime": true });
+    let (_, alices_js) = child_of(&run_as(&api, ALICE, &js).await);
+    assert_eq!(child_of(&run_as(&api, ALICE, &js).await), (true, alices_js));
+    let (warm, bobs_js) = child_of(&run_as(&api, BOB, &js).await);
+    assert!(!warm && bobs_js != alices_js, "bob's JS job ran in alice's child");
+}

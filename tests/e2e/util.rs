@@ -337,3 +337,36 @@ pub fn children_of(parent: nix::unistd::Pid) -> Vec<i32> {
     }
     children
 }
+
+/// A Python program that prints the id of the process it runs in: two jobs
+/// that print the same id ran in one child.
+pub const PYTHON_PID: &str = "import js\nprint(js.Deno.pid)";
+/// The same in JavaScript.
+pub const JS_PID: &str = "console.log(Deno.pid)";
+
+/// POST /v1/jobs?wait=60 as `token`; the job, which must have completed
+/// with exit code 0.
+pub async fn run_as(api: &Api, token: &str, body: &Value) -> Value {
+    let response =
+        api.http.post(api.url("/v1/jobs?wait=60")).bearer_auth(token).json(body).send().await.expect("submit");
+    let status = response.status().as_u16();
+    let job: Value = response.json().await.unwrap_or(Value::Null);
+    assert_eq!((status, job["status"].as_str(), job["exit_code"].as_i64()), (200, Some("completed"), Some(0)), "{job}");
+    job
+}
+
+/// What a job that ran [`PYTHON_PID`] or [`JS_PID`] says: whether its child
+/// was warm (had run another job of its token), and the child's pid.
+pub fn child_of(job: &Value) -> (bool, u32) {
+    let warm = job["warm"].as_bool().unwrap_or_else(|| panic!("warm is not a bool: {job}"));
+    let pid = job["stdout"].as_str().and_then(|s| s.trim().parse().ok()).unwrap_or_else(|| panic!("no pid: {job}"));
+    (warm, pid)
+}
+
+/// Whether process `pid` exists and has not exited (a zombie waiting to
+/// be reaped has).
+pub fn is_running(pid: u32) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { return false };
+    // The state follows the command name, which is in parentheses.
+    stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().next()).is_some_and(|state| state != "Z")
+}
