@@ -870,45 +870,43 @@ async fn tenancy_warm_children_serve_only_their_token() {
     let (alice, bob) = (As { api: &api, token: ALICE }, As { api: &api, token: BOB });
     let python = json!({ "language": "python", "code": PYTHON_PID });
 
-    let (warm, alices) = child_of(&run_as(&api, ALICE, &python).await);
-    assert!(!warm);
-    assert_eq!(child_of(&run_as(&api, ALICE, &python).await), (true, alices), "alice's second job");
+    let alices = assert_fresh(&run_as(&api, ALICE, &python).await, &[], "alice's first job");
+    assert_warm_in(&run_as(&api, ALICE, &python).await, alices, "alice's second job");
     // Time for the pool to have a fresh child ready: bob waits for no boot.
     tokio::time::sleep(Duration::from_secs(5)).await;
     let first = run_as(&api, BOB, &python).await;
-    let (warm, bobs) = child_of(&first);
-    assert!(!warm && bobs != alices, "bob's first job ran in child {bobs} (warm {warm}); alice's is {alices}: {first}");
+    let bobs = assert_fresh(&first, &[alices], "bob's first job");
     assert_eq!(first["timings"]["boot_ms"], 0, "bob's first job waited for a boot: {first}");
-    assert_eq!(child_of(&run_as(&api, BOB, &python).await), (true, bobs), "bob's second job");
-    assert_eq!(child_of(&run_as(&api, ALICE, &python).await), (true, alices), "alice's child was kept");
+    assert_warm_in(&run_as(&api, BOB, &python).await, bobs, "bob's second job");
+    assert_warm_in(&run_as(&api, ALICE, &python).await, alices, "alice's child was kept");
 
     // Every surface: MCP's run_code, Judge0, Piston and batches take the
     // same default, into the same token's child.
     let ran = mcp_tool(&api, BOB, "run_code", json!({ "language": "python", "code": PYTHON_PID })).await;
     let ran = tool_ok(&ran, "bob run_code");
     let (_, job) = bob.get(&format!("/v1/jobs/{}", id_of(&ran))).await;
-    assert_eq!(child_of(&job), (true, bobs), "bob's run_code: {job}");
+    assert_warm_in(&job, bobs, "bob's run_code");
     let submission = json!({ "source_code": PYTHON_PID, "language_id": 71 });
-    let response =
-        api.http.post(api.url("/judge0/submissions?wait=true")).header("X-Auth-Token", ALICE).json(&submission);
-    let created: Value = response.send().await.expect("post").json().await.expect("json");
+    let request = api.http.post(api.url("/judge0/submissions?wait=true")).header("X-Auth-Token", ALICE);
+    let created: Value = request.json(&submission).send().await.expect("post").json().await.expect("json");
     let (_, job) = alice.get(&format!("/v1/jobs/{}", created["token"].as_str().expect("token"))).await;
-    assert_eq!(child_of(&job), (true, alices), "alice's Judge0 submission: {job}");
+    assert_warm_in(&job, alices, "alice's Judge0 submission");
+    // A Piston answer carries no job id, so only the pid says where it ran.
     let execute = json!({ "language": "python", "version": "*", "files": [{ "content": PYTHON_PID }] });
-    let response = api.http.post(api.url(&format!("/piston/{BOB}/api/v2/execute"))).json(&execute);
-    let ran: Value = response.send().await.expect("post").json().await.expect("json");
-    assert_eq!(ran["run"]["stdout"], format!("{bobs}\n"), "bob's Piston run: {ran}");
+    let request = api.http.post(api.url(&format!("/piston/{BOB}/api/v2/execute")));
+    let ran: Value = request.json(&execute).send().await.expect("post").json().await.expect("json");
+    let pid: u32 = ran["run"]["stdout"].as_str().and_then(|s| s.trim().parse().ok()).expect("a pid");
+    assert!(Pid((pid != 0).then_some(pid)).same(bobs), "bob's Piston run ran in {pid}, not in {bobs:?}: {ran}");
     let (status, submitted) = alice.post("/v1/batches", &json!({ "jobs": [python.clone(), python.clone()] })).await;
     assert_eq!(status, 202, "{submitted}");
     let (_, done) = alice.get(&format!("/v1/batches/{}?wait=60", id_of(&submitted))).await;
     for job in done["jobs"].as_array().expect("jobs") {
-        assert_eq!(child_of(job), (true, alices), "alice's batch: {job}");
+        assert_warm_in(job, alices, "alice's batch");
     }
 
     // JavaScript that asks for it, the same.
     let js = json!({ "language": "javascript", "code": JS_PID, "shared_runtime": true });
-    let (_, alices_js) = child_of(&run_as(&api, ALICE, &js).await);
-    assert_eq!(child_of(&run_as(&api, ALICE, &js).await), (true, alices_js));
-    let (warm, bobs_js) = child_of(&run_as(&api, BOB, &js).await);
-    assert!(!warm && bobs_js != alices_js, "bob's JS job ran in alice's child");
+    let alices_js = assert_fresh(&run_as(&api, ALICE, &js).await, &[], "alice's first JS job");
+    assert_warm_in(&run_as(&api, ALICE, &js).await, alices_js, "alice's second JS job");
+    assert_fresh(&run_as(&api, BOB, &js).await, &[alices_js], "bob's JS job");
 }

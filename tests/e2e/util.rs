@@ -339,8 +339,10 @@ pub fn children_of(parent: nix::unistd::Pid) -> Vec<i32> {
 }
 
 /// A Python program that prints the id of the process it runs in: two jobs
-/// that print the same id ran in one child.
-pub const PYTHON_PID: &str = "import js\nprint(js.Deno.pid)";
+/// that print the same id ran in one child. A realm without Deno's API (a
+/// Python job's bare realm, in a harness that gives it one) cannot tell,
+/// and prints 0.
+pub const PYTHON_PID: &str = "import js\ntry:\n    print(js.Deno.pid)\nexcept AttributeError:\n    print(0)";
 /// The same in JavaScript.
 pub const JS_PID: &str = "console.log(Deno.pid)";
 
@@ -355,12 +357,49 @@ pub async fn run_as(api: &Api, token: &str, body: &Value) -> Value {
     job
 }
 
+/// The process a job of [`PYTHON_PID`] or [`JS_PID`] ran in, as the job saw
+/// it; None when it could not see it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Pid(pub Option<u32>);
+
+impl Pid {
+    /// Whether `self` may be `other`: false only when both are known and differ.
+    pub fn same(self, other: Pid) -> bool {
+        !matches!((self.0, other.0), (Some(a), Some(b)) if a != b)
+    }
+
+    /// Whether `self` may be another process: false only when both are known and equal.
+    pub fn other_than(self, other: Pid) -> bool {
+        !matches!((self.0, other.0), (Some(a), Some(b)) if a == b)
+    }
+}
+
 /// What a job that ran [`PYTHON_PID`] or [`JS_PID`] says: whether its child
-/// was warm (had run another job of its token), and the child's pid.
-pub fn child_of(job: &Value) -> (bool, u32) {
+/// was warm (the worker sets it when the child had already run a job of
+/// the token), and the child's pid.
+pub fn child_of(job: &Value) -> (bool, Pid) {
     let warm = job["warm"].as_bool().unwrap_or_else(|| panic!("warm is not a bool: {job}"));
-    let pid = job["stdout"].as_str().and_then(|s| s.trim().parse().ok()).unwrap_or_else(|| panic!("no pid: {job}"));
-    (warm, pid)
+    let pid: u32 =
+        job["stdout"].as_str().and_then(|s| s.trim().parse().ok()).unwrap_or_else(|| panic!("no pid: {job}"));
+    (warm, Pid((pid != 0).then_some(pid)))
+}
+
+/// Asserts that `job` ran in `child`, warm.
+#[track_caller]
+pub fn assert_warm_in(job: &Value, child: Pid, what: &str) {
+    let (warm, pid) = child_of(job);
+    assert!(warm && pid.same(child), "{what}: ran in {pid:?} (warm {warm}), not warm in {child:?}: {job}");
+}
+
+/// Asserts that `job` ran in a fresh child, none of `others`; returns it.
+#[track_caller]
+pub fn assert_fresh(job: &Value, others: &[Pid], what: &str) -> Pid {
+    let (warm, pid) = child_of(job);
+    assert!(
+        !warm && others.iter().all(|o| pid.other_than(*o)),
+        "{what}: ran in {pid:?} (warm {warm}), not a fresh child other than {others:?}: {job}"
+    );
+    pid
 }
 
 /// Whether process `pid` exists and has not exited (a zombie waiting to

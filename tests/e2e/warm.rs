@@ -50,71 +50,65 @@ async fn python_jobs_are_warm_from_the_second_on_unless_they_opt_out() {
     let api = &stack.api;
 
     // No flag: the first job gets a fresh child, the second the same one.
-    let (warm, child) = child_of(&run_as(api, ALICE, &python(json!({}))).await);
-    assert!(!warm, "the first job found a warm child");
+    let child = assert_fresh(&run_as(api, ALICE, &python(json!({}))).await, &[], "the first job");
     let second = run_as(api, ALICE, &python(json!({}))).await;
-    assert_eq!(child_of(&second), (true, child), "{second}");
+    assert_warm_in(&second, child, "the second job");
     assert_eq!(second["timings"]["boot_ms"], 0, "a warm child needs no boot: {second}");
 
     // Opted out: a fresh child, which takes nothing from the warm one.
-    let (warm, fresh) = child_of(&run_as(api, ALICE, &python(json!({ "shared_runtime": false }))).await);
-    assert!(
-        !warm && fresh != child,
-        "shared_runtime: false ran in child {fresh} (warm {warm}), the warm one is {child}"
-    );
-    assert_eq!(child_of(&run_as(api, ALICE, &python(json!({}))).await), (true, child));
-    assert_eq!(child_of(&run_as(api, ALICE, &python(json!({ "shared_runtime": true }))).await), (true, child));
+    let opted_out = run_as(api, ALICE, &python(json!({ "shared_runtime": false }))).await;
+    assert_fresh(&opted_out, &[child], "shared_runtime: false");
+    assert_warm_in(&run_as(api, ALICE, &python(json!({}))).await, child, "after the opted-out job");
+    assert_warm_in(&run_as(api, ALICE, &python(json!({ "shared_runtime": true }))).await, child, "asked");
 
     // A batch without the flag is the same; with false, every job is fresh.
     for job in batch(api, &json!({ "jobs": [python(json!({})), python(json!({}))] })).await {
-        assert_eq!(child_of(&job), (true, child), "{job}");
+        assert_warm_in(&job, child, "a batch's job");
     }
     let jobs = batch(api, &json!({ "jobs": [python(json!({})), python(json!({}))], "shared_runtime": false })).await;
-    let fresh: Vec<(bool, u32)> = jobs.iter().map(child_of).collect();
-    assert!(fresh.iter().all(|(warm, pid)| !warm && *pid != child), "{fresh:?}");
-    assert_ne!(fresh[0].1, fresh[1].1, "two opted-out jobs shared a child");
+    let first = assert_fresh(&jobs[0], &[child], "an opted-out batch's first job");
+    assert_fresh(&jobs[1], &[child, first], "an opted-out batch's second job");
 
     // JavaScript: a fresh child each unless asked; asked, warm the second
     // time, except with stdin, which a JS program reads from its process.
-    let first = child_of(&run_as(api, ALICE, &javascript(json!({}))).await);
-    let again = child_of(&run_as(api, ALICE, &javascript(json!({}))).await);
-    assert!(!first.0 && !again.0 && first.1 != again.1, "{first:?} {again:?}");
-    let (_, js) = child_of(&run_as(api, ALICE, &javascript(json!({ "shared_runtime": true }))).await);
-    assert_eq!(child_of(&run_as(api, ALICE, &javascript(json!({ "shared_runtime": true }))).await), (true, js));
+    let first = assert_fresh(&run_as(api, ALICE, &javascript(json!({}))).await, &[], "a JS job");
+    assert_fresh(&run_as(api, ALICE, &javascript(json!({}))).await, &[first], "the next JS job");
+    let js = assert_fresh(&run_as(api, ALICE, &javascript(json!({ "shared_runtime": true }))).await, &[], "asked");
+    assert_warm_in(&run_as(api, ALICE, &javascript(json!({ "shared_runtime": true }))).await, js, "asked again");
     let with_stdin = javascript(json!({ "shared_runtime": true, "stdin": "x" }));
-    let (warm, pid) = child_of(&run_as(api, ALICE, &with_stdin).await);
-    assert!(!warm && pid != js, "a JS job with stdin ran in the warm child");
+    assert_fresh(&run_as(api, ALICE, &with_stdin).await, &[js], "a JS job with stdin");
 
     // Bad values, and the flag on a batch's job, which the batch sets.
     for bad in [json!("yes"), json!(1), json!([])] {
         let (status, error) = post(api, "/v1/jobs", &python(json!({ "shared_runtime": bad }))).await;
         assert_eq!((status, error["error"]["code"].as_str()), (400, Some("invalid_field")), "{error}");
         assert_eq!(error["error"]["message"], "shared_runtime must be true or false", "{error}");
-        let (status, error) =
-            post(api, "/v1/batches", &json!({ "jobs": [python(json!({}))], "shared_runtime": bad })).await;
+        let body = json!({ "jobs": [python(json!({}))], "shared_runtime": bad });
+        let (status, error) = post(api, "/v1/batches", &body).await;
         assert_eq!((status, error["error"]["code"].as_str()), (400, Some("invalid_field")), "{error}");
     }
     let (status, error) =
         post(api, "/v1/batches", &json!({ "jobs": [python(json!({ "shared_runtime": true }))] })).await;
-    assert_eq!(
-        (status, error["error"]["jobs"][0]["message"].as_str()),
-        (400, Some("shared_runtime belongs on the batch, not on its jobs")),
-        "{error}"
-    );
+    let message = error["error"]["jobs"][0]["message"].as_str();
+    assert_eq!((status, message), (400, Some("shared_runtime belongs on the batch, not on its jobs")), "{error}");
 }
 
 #[tokio::test]
 async fn idle_warm_children_are_retired() {
     let stack = Stack::start(&[("RUNBOX_WORKER_CONCURRENCY", "1"), ("RUNBOX_WARM_IDLE_MS", "300")]).await;
     let api = &stack.api;
-    let (_, child) = child_of(&run_as(api, ALICE, &python(json!({}))).await);
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    while is_running(child) {
-        assert!(tokio::time::Instant::now() < deadline, "an idle child {child} outlived its idle timeout by 10 s");
-        tokio::time::sleep(Duration::from_millis(100)).await;
+    let child = assert_fresh(&run_as(api, ALICE, &python(json!({}))).await, &[], "the first job");
+    match child.0 {
+        Some(pid) => {
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+            while is_running(pid) {
+                assert!(tokio::time::Instant::now() < deadline, "idle child {pid} outlived its idle timeout by 10 s");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+        None => tokio::time::sleep(Duration::from_secs(3)).await,
     }
-    let (warm, next) = child_of(&run_as(api, ALICE, &python(json!({}))).await);
-    assert!(!warm && next != child, "the job after the idle timeout ran in child {next} (warm {warm})");
+    assert_fresh(&run_as(api, ALICE, &python(json!({}))).await, &[child], "the job after the idle timeout");
 }
 
 /// Past the worker's cap, the token holding the most idle children gives
@@ -130,20 +124,24 @@ async fn past_the_workers_cap_the_token_holding_most_gives_one_up() {
     ];
     let stack = Stack::start(&env).await;
     let api = &stack.api;
-    let (_, bobs) = child_of(&run_as(api, BOB, &python(json!({}))).await);
+    let bobs = assert_fresh(&run_as(api, BOB, &python(json!({}))).await, &[], "bob's first job");
     // Two of alice's at once take two children, both idle for her after.
     let slow = json!({ "language": "python", "code": format!("import time\ntime.sleep(1.5)\n{PYTHON_PID}") });
     let (one, two) = tokio::join!(run_as(api, ALICE, &slow), run_as(api, ALICE, &slow));
-    let (one, two) = (child_of(&one).1, child_of(&two).1);
-    assert!(one != two && one != bobs && two != bobs, "{one} {two} {bobs}");
+    let one = assert_fresh(&one, &[bobs], "alice's first job");
+    let two = assert_fresh(&two, &[bobs, one], "alice's second job");
 
-    assert_eq!(child_of(&run_as(api, BOB, &python(json!({}))).await), (true, bobs), "bob's warm child was dropped");
-    let (warm, kept) = child_of(&run_as(api, ALICE, &python(json!({}))).await);
-    assert!(warm && (kept == one || kept == two), "alice kept neither child: {kept} (warm {warm})");
-    let dropped = if kept == one { two } else { one };
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
-    while is_running(dropped) {
-        assert!(tokio::time::Instant::now() < deadline, "alice's other child {dropped} was kept past the cap");
-        tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_warm_in(&run_as(api, BOB, &python(json!({}))).await, bobs, "bob's warm child was dropped");
+    let kept = run_as(api, ALICE, &python(json!({}))).await;
+    let (warm, pid) = child_of(&kept);
+    assert!(warm && (pid.same(one) || pid.same(two)), "alice kept neither child: {kept}");
+    // The child she did not keep is gone.
+    let dropped = if pid == one { two } else { one };
+    if let (Some(dropped), Some(_)) = (dropped.0, pid.0) {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        while is_running(dropped) {
+            assert!(tokio::time::Instant::now() < deadline, "alice's other child {dropped} was kept past the cap");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
     }
 }
