@@ -14,7 +14,8 @@
 //    "...", "memory_mb": n, ...}`; unknown fields are ignored so the
 //    protocol can grow). A JavaScript program's own stdin follows the
 //    frame, up to EOF; a Python program's is the frame's `stdin` field.
-//    A JavaScript program runs in this realm; a Python program in a Worker.
+//    A JavaScript program runs in this realm; a Python program in a bare
+//    realm of its own (python-realms.mjs).
 // 3. If the program ended on an allocation failure, the harness's last
 //    bytes on stderr are MEMORY_MARKER, the frame's nonce and "\n", and it
 //    then holds the process, memory and all, until the runner kills it.
@@ -31,14 +32,16 @@
 // stdin, stdout or stderr, which the job's code can reach. They travel on
 // two FIFOs in the child's private directory (see `Channel`), which the
 // harness opens while it boots and nothing can open once it has dropped its
-// permissions. Each job runs in a Worker of its own (an isolate with its own
-// realm and its own table of open files), so no job can reach the FIFOs or
-// the realm of the harness, or another job. The harness reports `started`
-// when the job's Worker takes it: its time limit runs from then, not while
-// it waited for a Worker to boot. The Worker writes the program's
-// output to stdout and stderr itself; once it is gone, the harness writes
-// END_MARKER + nonce + "\n" on both streams, so the runner can tell one
-// job's output from the next, and then the job's report on the results FIFO.
+// permissions. Each job runs in a realm of its own, so no job can reach the
+// FIFOs or the realm of the harness, or another job: a JS job in a Worker
+// (an isolate with its own realm and its own table of open files), a Python
+// job in a bare V8 context with no Deno API, a session in a Worker. The
+// harness reports `started` when the job's realm takes it: its time limit
+// runs from then, not while it waited for a realm to boot. The job's output
+// goes to stdout and stderr as it is written; once the job is over, the
+// harness writes END_MARKER + nonce + "\n" on both streams, so the runner
+// can tell one job's output from the next, and then the job's report on
+// the results FIFO.
 //
 // The code arrives over a pipe, never as a file, so a child needs no read
 // access to anything of the user's once it is booted.

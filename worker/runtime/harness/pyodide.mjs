@@ -8,7 +8,7 @@
 // - `loadPyodideFrom`, for setup-time tools (snapshot.mjs, packages.mjs),
 //   which may read the directory.
 // - `readAssets` in the harness's realm, while it may still read, then
-//   `instanceBuilder` inside a job's Worker (python-job.mjs), which reads
+//   `instanceBuilder` inside a session's Worker (python-job.mjs), which reads
 //   nothing: the files come from memory, and the wasm module compiled once
 //   in the harness is shared by every Worker (posting a compiled module to
 //   a Worker does not compile it again).
@@ -88,7 +88,7 @@ export async function readAssets(dir, snapshotPath) {
 }
 
 /**
- * In a job's Worker: returns a function that builds a Pyodide instance from
+ * In a session's Worker: returns a function that builds a Pyodide instance from
  * `assets` (see `readAssets`), restored from the snapshot (or from
  * `options._loadSnapshot`). `scriptUrl` is where Pyodide's Emscripten
  * script is imported from: its file while the child may still read (Deno

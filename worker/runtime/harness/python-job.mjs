@@ -1,21 +1,22 @@
-// The Python side of a job: a Worker that builds one Pyodide instance and
-// runs programs in it (see python.mjs, which starts it). The instance, its
-// `import js` realm and this module are the job's, thrown away with it;
-// nothing here is trusted, and nothing of the harness is reachable from it.
+// A Python session's interpreter: a Worker that builds one Pyodide instance
+// and runs the session's execs in it (see python.mjs, which starts it). It
+// runs on a thread of its own so that the harness's timer can interrupt an
+// exec through Pyodide's interrupt buffer. The instance, its `import js`
+// realm and this module are the session's; nothing here is trusted, and
+// nothing of the harness is reachable from it. (A job's interpreter runs
+// in a bare realm instead: see python-realm.js.)
 //
 // Messages in, from the harness:
 //
-// - `{op: "init", assets, scriptUrl, loaderUrl, runner, memoryMb, build, interrupt}`,
-//   first: loads Pyodide's scripts; builds the instance at once when
-//   `build` is true (a job's Worker), or waits for `open` (a session's).
-// - `{op: "open", checkpoint}` (a session): builds the instance, restored
-//   from the checkpoint's bytes when given.
-// - `{op: "run", job, session}`: runs one program (`session`: in the
-//   session's `__main__`).
-// - `{op: "checkpoint"}` (a session): the instance's memory and files.
+// - `{op: "init", assets, scriptUrl, loaderUrl, runner, memoryMb, interrupt}`,
+//   first: loads Pyodide's scripts;
+// - `{op: "open", checkpoint}`: builds the instance, restored from the
+//   checkpoint's bytes when given;
+// - `{op: "run", job}`: runs one exec in the session's `__main__`;
+// - `{op: "checkpoint"}`: the instance's memory and files.
 //
 // Each gets one reply: `{ok, message}` for init and open, `{status,
-// memoryError, files}` for run, `{bytes}` or `{message}` for checkpoint.
+// memoryError}` for run, `{bytes}` or `{message}` for checkpoint.
 const post = self.postMessage.bind(self);
 const stdoutWrite = Deno.stdout.writeSync.bind(Deno.stdout);
 const stderrWrite = Deno.stderr.writeSync.bind(Deno.stderr);
@@ -89,7 +90,6 @@ async function handle(message) {
       capWasmMemory(init.memoryMb);
       const { instanceBuilder } = await import(init.loaderUrl);
       build = await instanceBuilder(init.assets, init.scriptUrl);
-      if (init.build) instance = prepare(await build());
       return { ok: true };
     }
     case "open": {
@@ -100,7 +100,7 @@ async function handle(message) {
       return { ok: true };
     }
     case "run":
-      return await run(message.job, message.session === true);
+      return await run(message.job);
     case "checkpoint":
       return checkpoint();
   }
@@ -122,16 +122,14 @@ function prepare(pyodide) {
   // `ast` first, and the instance's first call after it ran markedly slower.
   const globals = pyodide.toPy({ PACKAGES_ZIP: "/lib/packages.zip", MEMORY_FLAG });
   pyodide.pyimport("builtins").exec(init.runner, globals);
-  return { pyodide, runMain: globals.get("run_main"), runInSession: globals.get("run_in_session") };
+  return { pyodide, runInSession: globals.get("run_in_session") };
 }
 
-/** Runs one program; returns its exit status, whether it ended on a MemoryError, and its files. */
-async function run(job, inSession) {
-  const { pyodide, runMain, runInSession } = instance;
-  hideHostDetails(job.args ?? []);
+/** Runs one exec; returns its exit status and whether it ended on a MemoryError. */
+async function run(job) {
+  const { pyodide, runInSession } = instance;
+  hideHostDetails([]);
   writeFiles(pyodide.FS, job.files ?? []);
-  // Returned files are found from where the program started, wherever it went.
-  const home = pyodide.FS.cwd();
   const stdin = encoder.encode(job.stdin ?? "");
   let consumed = 0;
   pyodide.setStdin({
@@ -145,12 +143,9 @@ async function run(job, inSession) {
   // callPromising lets the program block on JS promises (run_until_complete,
   // run_sync) through WebAssembly stack switching.
   execs += 1;
-  const result = inSession
-    ? await runInSession.callPromising(job.code, `<exec ${execs}>`)
-    : await runMain.callPromising(job.code, job.args ?? []);
+  const result = await runInSession.callPromising(job.code, `<exec ${execs}>`);
   const memoryError = (result & MEMORY_FLAG) !== 0 && largestMemory() >= (job.memory_mb * 1024 * 1024) / 2;
-  const files = job.return_files ? filesWritten(pyodide.FS, home, job) : null;
-  return { status: result & 0xff, memoryError, files };
+  return { status: result & 0xff, memoryError };
 }
 
 /** The session's checkpoint: MAGIC, the files as JSON (its length first, 4 bytes little-endian), the memory image. */
@@ -205,60 +200,6 @@ function readFiles(FS) {
   };
   for (const dir of SESSION_DIRS) walkInto(dir);
   return files;
-}
-
-/**
- * The files `job.return_files` asks for, under `home`, in path order: the
- * listed paths that are regular files, or with `true` every regular file
- * (links are not followed) except input files the program left unchanged.
- * At most `max_files` files and `max_bytes` bytes in all are kept.
- */
-function filesWritten(FS, home, job) {
-  const { want, max_files: maxFiles, max_bytes: maxBytes } = job.return_files;
-  const isFile = (path) => {
-    try {
-      return FS.isFile(FS.lstat(`${home}/${path}`).mode);
-    } catch {
-      return false;
-    }
-  };
-  const paths = want === true ? walk(FS, home, "") : want.filter(isFile);
-  paths.sort();
-  const given = new Map((job.files ?? []).map((file) => [file.path, file]));
-  const out = { files: [], truncated: false };
-  let budget = maxBytes;
-  for (const path of paths) {
-    const bytes = FS.readFile(`${home}/${path}`);
-    if (want === true && given.has(path) && sameBytes(bytes, inputBytes(given.get(path)))) continue;
-    if (out.files.length === maxFiles) {
-      out.truncated = true;
-      break;
-    }
-    const kept = bytes.subarray(0, budget);
-    budget -= kept.length;
-    const truncated = kept.length < bytes.length;
-    out.truncated ||= truncated;
-    out.files.push({ path, content: base64(kept), size: bytes.length, truncated });
-  }
-  return out;
-}
-
-/** Relative paths of the regular files under `dir`, not following links. */
-function walk(FS, dir, prefix) {
-  const found = [];
-  for (const name of FS.readdir(dir)) {
-    if (name === "." || name === "..") continue;
-    const mode = FS.lstat(`${dir}/${name}`).mode;
-    if (FS.isDir(mode)) found.push(...walk(FS, `${dir}/${name}`, `${prefix}${name}/`));
-    else if (FS.isFile(mode)) found.push(`${prefix}${name}`);
-  }
-  return found;
-}
-
-function sameBytes(a, b) {
-  if (a.length !== b.length) return false;
-  for (let i = 0; i < a.length; i++) if (a[i] !== b[i]) return false;
-  return true;
 }
 
 /** Puts files in Pyodide's in-memory file system (relative paths: under the working directory). */

@@ -4,27 +4,30 @@
 //        python.mjs <pyodide-dir> <memory-snapshot|-> <memory-mb> shared|session <frames> <results>
 //
 // This realm is the harness's: it holds the frames, their nonces and the
-// channel to the runner (see protocol.mjs). Every program runs in a Worker
-// of its own (python-job.mjs), with a Pyodide instance built inside it, so
-// `import js` reaches that Worker's realm and nothing of this one.
+// channel to the runner (see protocol.mjs). No program ever runs in it.
 //
 // Boot reads the Pyodide files, the memory snapshot and the harness's own
 // files, which is why this child alone gets --allow-read (scoped to those
 // paths). Read access is revoked before READY, so no program ever has it.
 //
-// - A single-use child builds one Worker while it boots, runs one job in
-//   it, and exits with the job's status.
-// - A shared-lane child runs the jobs of one batch, each in a new Worker
-//   built from the wasm module compiled once here and its own copy of the
-//   snapshot. The next job's Worker boots between jobs, so that nothing
-//   but the job itself grows the process while it runs.
+// - A single-use or shared-lane job runs in a realm of its own: a bare V8
+//   context with a Pyodide instance built in it from the wasm module this
+//   realm compiled once (see python-realms.mjs and python-realm.js). The
+//   context has no Deno API at all. A single-use child builds one while it
+//   boots, runs its job and exits with the job's status. A shared child
+//   runs job after job, each in a new realm built between jobs, so that
+//   nothing but the job itself grows the process while it runs; once a job
+//   ends, its realm is retired and collected, and a realm V8 could not free
+//   (something of the job's is still pending in it) gets the child replaced.
 // - A session child keeps one Worker, the session's interpreter, across
-//   execs. An exec that runs past its `timeout_ms` gets a KeyboardInterrupt
-//   through Pyodide's interrupt buffer, which this realm's timer sets;
-//   code that does not return to the interpreter (time.sleep, a long C
-//   call) is not interrupted, and the runner kills the child a little
-//   after the deadline instead.
+//   execs (python-job.mjs). An exec that runs past its `timeout_ms` gets a
+//   KeyboardInterrupt through Pyodide's interrupt buffer, which this
+//   realm's timer sets, which is why a session's interpreter runs on a
+//   thread of its own; code that does not return to the interpreter
+//   (time.sleep, a long C call) is not interrupted, and the runner kills
+//   the child a little after the deadline instead.
 import { readAssets } from "./pyodide.mjs";
+import { collectGarbage, prepareRealms, PythonRealm } from "./python-realms.mjs";
 import {
   awaitJob,
   Channel,
@@ -36,28 +39,52 @@ import {
   readHarnessFile,
   sendFiles,
   watchRealm,
+  writeError,
 } from "./protocol.mjs";
 
 const [pyodideDir, snapshotPath, memoryMb, mode, framesPath, resultsPath] = Deno.args;
 const channel = mode ? new Channel(framesPath, resultsPath) : null;
 
 dropPersistentStorage();
-const assets = await readAssets(pyodideDir, snapshotPath === "-" ? null : snapshotPath);
+const snapshot = snapshotPath === "-" ? null : snapshotPath;
 const runner = readHarnessFile("runner.py");
-const jobSource = readHarnessFile("python-job.mjs");
-const loaderSource = readHarnessFile("pyodide.mjs");
-// Until read access goes, a Worker imports Pyodide's script from its file,
-// for which Deno keeps a code cache; later Workers get it from memory.
-let scriptFile = `file://${pyodideDir}/pyodide.asm.js`;
+ignoreJobRealmErrors();
 
 /**
- * A new Worker with a Pyodide instance of its own, built (`build`) or ready
- * to open. The `blob:` URLs it starts from are its own and revoked once it
- * is up: the blob store is the process's, and a job that revoked a URL
- * the next Worker needs would break the jobs after it.
+ * A rejected promise or an uncaught error of a job's realm would end the
+ * process (Deno's default): it is the program's own business, so it is
+ * let go. One of this realm is the harness's bug, and still ends it.
+ *
+ * A listener that throws leaves the event to Deno's default, which
+ * formats the value with `Deno.inspect`, handing a program's custom
+ * inspect method this realm's functions; and `instanceof` runs a
+ * program's proxy traps (a promise's prototype can be a proxy). So
+ * anything the test cannot answer is the job's.
  */
-async function newRealm(build, interrupt) {
-  const urls = [moduleUrl(jobSource), moduleUrl(loaderSource), scriptFile ?? moduleUrl(assets.script)];
+function ignoreJobRealmErrors() {
+  const ours = (value) => {
+    try {
+      return value instanceof Object;
+    } catch {
+      return false;
+    }
+  };
+  globalThis.addEventListener("unhandledrejection", (event) => {
+    if (!ours(event.promise)) event.preventDefault();
+  });
+  globalThis.addEventListener("error", (event) => {
+    if (!ours(event.error)) event.preventDefault();
+  });
+}
+
+/**
+ * A session's Worker (python-job.mjs), ready to open its instance. The
+ * `blob:` URLs it starts from are its own and revoked once it is up.
+ */
+async function sessionWorker(interrupt) {
+  const assets = await readAssets(pyodideDir, snapshot);
+  const scriptFile = `file://${pyodideDir}/pyodide.asm.js`;
+  const urls = [moduleUrl(readHarnessFile("python-job.mjs")), moduleUrl(readHarnessFile("pyodide.mjs")), scriptFile];
   const [jobUrl, loaderUrl, scriptUrl] = urls;
   const worker = new Worker(jobUrl, { type: "module", name: "runbox-python" });
   const realm = { worker, ask: asker(worker) };
@@ -68,7 +95,6 @@ async function newRealm(build, interrupt) {
     loaderUrl,
     runner,
     memoryMb: Number(memoryMb),
-    build,
     interrupt,
   });
   for (const url of urls) if (url.startsWith("blob:")) URL.revokeObjectURL(url);
@@ -78,7 +104,7 @@ async function newRealm(build, interrupt) {
 
 /**
  * Messages `worker` one at a time; each promise gets the next reply. The
- * replies come from the job's realm: they are structured clones, plain
+ * replies come from the session's realm: they are structured clones, plain
  * data, read here as such.
  */
 function asker(worker) {
@@ -101,7 +127,7 @@ function asker(worker) {
     });
 }
 
-/** What a job's Worker is given of the frame: never the nonce. */
+/** What a job's realm (or a session's Worker) is given of the frame: never the nonce. */
 function jobOf(frame) {
   return {
     code: String(frame.code ?? ""),
@@ -113,17 +139,21 @@ function jobOf(frame) {
   };
 }
 
-/** A run's reply as plain values. */
+/** A session exec's reply as plain values. */
 function resultOf(reply) {
   return {
     status: typeof reply.status === "number" ? reply.status & 0xff : 1,
     memoryError: reply.memoryError === true,
-    files: reply.files ?? null,
   };
 }
 
+/** A new job realm (see python-realms.mjs). */
+function newRealm(assets) {
+  return PythonRealm.boot(assets, Number(memoryMb), runner);
+}
+
 /**
- * The files a job's Worker says it wrote, rebuilt field by field from
+ * The files a job's realm says it wrote, rebuilt field by field from
  * what it sent, and within what the frame allowed: the runner takes
  * nothing else on the channel, and a section longer than the runner's
  * cap would end the child, so one that does not fit is sent empty.
@@ -146,55 +176,66 @@ function filesOf(sent, { max_files: maxFiles, max_bytes: maxBytes }) {
   return { files, truncated };
 }
 
-if (!mode) {
-  const realm = await newRealm(true);
+// Not awaited at the top level: a module still evaluating when the event
+// loop runs dry makes Deno exit, before a job that stalled can be ended
+// (see `PythonRealm.run`).
+const serving = mode === "session" ? serveSession() : mode ? serveShared() : serveOne();
+serving.catch((error) => {
+  writeError(`runbox: the Python harness failed: ${error?.stack ?? error}\n`);
+  exit(1);
+});
+
+async function serveOne() {
+  const assets = await prepareRealms(pyodideDir, snapshot, readHarnessFile("python-realm.js"));
+  const realm = await newRealm(assets);
   Deno.permissions.revokeSync({ name: "read" });
   const frame = awaitJob();
-  const { status, memoryError, files } = resultOf(await realm.ask({ op: "run", job: jobOf(frame) }));
-  // The Worker is left as it is: the runner measures what it holds.
+  const { status, memoryError, files } = await realm.run(jobOf(frame));
+  // The realm is left as it is: the runner measures what it holds.
   if (memoryError) claimOutOfMemory(frame.nonce);
   if (frame.return_files) sendFiles(frame.nonce, filesOf(files, frame.return_files));
   exit(status);
 }
 
-if (mode === "session") await serveSession();
-await serveShared();
-
 async function serveShared() {
-  // The first Worker can still read Pyodide's files; every later one cannot.
-  let next = newRealm(true);
-  await next;
+  const assets = await prepareRealms(pyodideDir, snapshot, readHarnessFile("python-realm.js"));
+  let next = await newRealm(assets);
   Deno.permissions.revokeSync({ name: "read" });
   Deno.permissions.revokeSync({ name: "write" });
-  scriptFile = null;
   const fingerprint = watchRealm();
   channel.report({ kind: "ready" });
   for (;;) {
+    // A blocking read: the next realm is built before it, or its boot's
+    // later steps would wait for the frame.
     const frame = channel.readFrame();
-    const realm = await next;
+    let realm = next;
+    next = null;
     // The job's time, and the runner's count of its memory, start now.
     channel.report({ kind: "started" });
     fingerprint.begin();
-    const { status, memoryError, files } = resultOf(await realm.ask({ op: "run", job: jobOf(frame) }));
+    const { status, memoryError, files } = await realm.run(jobOf(frame));
     if (memoryError) {
-      // Left running, so that the runner measures the memory it holds.
+      // Left as it is, so that the runner measures the memory it holds.
       endOutput(frame.nonce);
       channel.report({ kind: "end", status, clean: false, memory: true });
-      next = newRealm(true);
-      continue;
+      return await new Promise(() => {});
     }
-    realm.worker.terminate();
-    // The next job's Worker starts now, before the end is reported, so
-    // that the runner, which counts Worker threads between jobs, sees this
-    // job's as one too many for as long as it lingers (terminate() does
-    // not stop running code at once).
-    next = newRealm(true);
+    realm.retire();
+    // Nothing of the job's may outlive it: after a full collection, a
+    // realm V8 could not free still has something of the job's pending.
+    const retired = realm;
+    realm = null;
+    collectGarbage();
+    await new Promise((resolve) => setTimeout(resolve, 0));
+    const gone = retired.isGone();
     if (frame.return_files) {
       const { files: kept, truncated } = filesOf(files, frame.return_files);
       channel.report({ kind: "files", files: kept, truncated });
     }
     endOutput(frame.nonce);
-    channel.report({ kind: "end", status, clean: fingerprint.isClean() });
+    channel.report({ kind: "end", status, clean: gone && fingerprint.isClean() });
+    // The next job's realm is built now, between jobs.
+    next = await newRealm(assets);
   }
 }
 
@@ -202,7 +243,7 @@ async function serveSession() {
   // Byte 0 is Pyodide's interrupt buffer, which the Worker's instance reads.
   const interrupt = new SharedArrayBuffer(1);
   const flag = new Uint8Array(interrupt);
-  const realm = await newRealm(false, interrupt);
+  const realm = await sessionWorker(interrupt);
   Deno.permissions.revokeSync({ name: "read" });
   Deno.permissions.revokeSync({ name: "write" });
   channel.report({ kind: "ready" });
@@ -231,7 +272,7 @@ async function serveSession() {
       interrupted = true;
       Atomics.store(flag, 0, 2); // SIGINT
     }, Number(frame.timeout_ms));
-    const { status, memoryError } = resultOf(await realm.ask({ op: "run", job: jobOf(frame), session: true }));
+    const { status, memoryError } = resultOf(await realm.ask({ op: "run", job: jobOf(frame) }));
     clearTimeout(timer);
     Atomics.store(flag, 0, 0);
     endOutput(frame.nonce);

@@ -7,10 +7,12 @@
 //!
 //! A fresh Python child spends about 0.4 CPU-s booting Pyodide before its
 //! job starts. A shared one starts Deno, reads Pyodide's files and compiles
-//! its wasm module once; each job then gets a Worker of its own with a new
-//! Pyodide instance built from that module and its own copy of the
-//! snapshot, booted between jobs: a fresh realm, interpreter, `__main__`
-//! and in-memory file system (see `runtime/harness/python.mjs`). A shared
+//! its wasm module once; each job then gets a bare V8 context of its own
+//! (no Deno API in it) with a new Pyodide instance built from that module
+//! and the snapshot, booted between jobs: a fresh realm, interpreter,
+//! `__main__` and in-memory file system, and the last job's realm freed by
+//! V8 before the job's end is reported (see `runtime/harness/python.mjs`
+//! and `python-realms.mjs`). A shared
 //! JS child runs each job in a fresh Worker instead of a fresh process
 //! (see `runtime/harness/js.mjs`); jobs with stdin or files stay in the
 //! default lane (see [`SharedLane::takes`]).
@@ -27,16 +29,19 @@
 //! Unchanged from the default lane: the deny-all flags, and each job's
 //! timeout, memory cap and output caps. What differs:
 //!
-//! - Jobs share a process, but not a realm: each runs in a Worker of its
-//!   own, and the harness's realm, which holds the channel and the nonces,
-//!   is out of every job's reach (see `runtime/harness/protocol.mjs`).
-//!   Only jobs of one owner ever meet in a child.
+//! - Jobs share a process, but not a realm: each runs in a realm of its
+//!   own (a Python job in a bare context, a JS job in a Worker), and the
+//!   harness's realm, which holds the channel and the nonces, is out of
+//!   every job's reach (see `runtime/harness/protocol.mjs`). Only jobs of
+//!   one owner ever meet in a child.
 //! - A timeout, cancellation or memory death kills the child, as in the
 //!   default lane; the owner's next job gets another one.
 //! - A child is replaced whenever a job may have left something behind: a
-//!   thread is left that the runtime does not start by itself (a job's
-//!   Worker that did not stop), bytes arrive outside a job, or the
-//!   harness's realm changed (a second line: no job can reach it).
+//!   thread is left that the runtime does not start by itself (a JS job's
+//!   Worker that did not stop), a Python job's realm that V8 could not free
+//!   (something of the job's still pending in it), bytes arrive outside a
+//!   job, or the harness's realm changed (a second line: no job can reach
+//!   it).
 //! - Frames and reports travel on the child's control channel
 //!   ([`Channel`]), which no job can reach; the runner tells jobs' output
 //!   apart by end markers that carry a nonce no job sees.
@@ -71,9 +76,10 @@ const INTERRUPT_GRACE: Duration = Duration::from_secs(2);
 /// configured ([`WarmConfig::idle`]).
 const IDLE_TIMEOUT: Duration = Duration::from_secs(3);
 
-/// Threads a Deno child runs by itself, besides the Workers of its harness
-/// ([`Kind::harness_workers`]). Any other, or a Worker more, was started by
-/// a job, and the child is replaced.
+/// Threads a Deno child runs by itself between jobs. Any other, a Worker
+/// among them, was started by a job, and the child is replaced (a Python
+/// job runs in a context on the main thread, a JS job in a Worker that the
+/// harness terminates at its end).
 const RUNTIME_THREADS: &[&str] = &["deno", "V8 DefaultWorke", "tokio-runtime-w"];
 
 /// Worker threads are named `worker-<n>`. A shared JS child's job Worker
@@ -85,9 +91,8 @@ const WORKER_THREAD_EXIT: Duration = Duration::from_millis(500);
 const PIPE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Resident memory a shared child may hold on top of a single-use child's
-/// allowance: a Python child holds the next job's Worker beside the
-/// current one, and V8 frees a terminated Worker's memory in its own time,
-/// so a job near its cap is not mistaken for a memory death.
+/// allowance: V8 frees a finished job's realm (or a JS job's Worker) in its
+/// own time, so a job near its cap is not mistaken for a memory death.
 const GARBAGE_ALLOWANCE_MB: u64 = 160;
 
 /// Jobs one shared child runs before it is replaced. A JS job Worker that
@@ -274,15 +279,6 @@ impl Kind {
     pub(super) fn of(language: Language) -> Kind {
         if language == Language::Python { Kind::Python } else { Kind::Js }
     }
-
-    /// Worker threads a shared child of this kind keeps between jobs: a
-    /// Python child builds the next job's Worker as soon as a job ends.
-    fn harness_workers(self) -> usize {
-        match self {
-            Kind::Python => 1,
-            Kind::Js => 0,
-        }
-    }
 }
 
 /// What a look at a child's threads found.
@@ -466,7 +462,7 @@ impl SharedChild {
                 return Threads::Dirty;
             }
         }
-        if workers > self.kind.harness_workers() { Threads::Settling } else { Threads::Clean }
+        if workers > 0 { Threads::Settling } else { Threads::Clean }
     }
 
     /// Runs `spec` and returns how it ended, and whether this child may run

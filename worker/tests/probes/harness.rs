@@ -61,7 +61,13 @@ async fn signals_a_program_sends_itself() {
     assert_signal(&run(Js, "Deno.kill(Deno.pid, 'SIGKILL')").await, 9);
     assert_signal(&run(Js, "Deno.kill(Deno.pid, 'SIGTERM')").await, 15);
     assert_signal(&run(Js, "import process from 'node:process'; process.kill(process.pid, 'SIGKILL')").await, 9);
-    assert_signal(&run(Py, "import js\njs.Deno.kill(js.Deno.pid, 'SIGKILL')").await, 9);
+    // A job's Python realm has no Deno to signal with; a session's Worker has.
+    let outcome = run(Py, "import js\njs.Deno.kill(js.Deno.pid, 'SIGKILL')").await;
+    if outcome.signal.is_some() {
+        assert_signal(&outcome, 9);
+    } else {
+        assert_fails_with_any(&outcome, &[NO_DENO]);
+    }
     // V8's fatal-error trap is how a real heap exhaustion ends, so the child
     // ignores SIGTRAP from anyone else.
     let outcome = run(Js, "Deno.kill(Deno.pid, 'SIGTRAP'); console.log('still here')").await;
@@ -131,7 +137,7 @@ async fn python_harness_survives_a_program_that_patches_what_it_reaches() {
                 builtins.int = str\n\
                 traceback.print_exception = lambda *args, **kwargs: None\n\
                 sys.exit = lambda *args: None\n\
-                js.Deno.exit = lambda *args: None\n\
+                try:\n    js.Deno.exit = lambda *args: None\nexcept AttributeError:\n    pass\n\
                 raise ValueError('still a failure')";
     let outcome = run(Py, code).await;
     assert_exit(&outcome, 1);

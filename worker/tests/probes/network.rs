@@ -74,11 +74,19 @@ async fn python_socket() {
 
 #[tokio::test]
 async fn python_pyfetch() {
-    denied(Py, |p| format!("import pyodide.http\nawait pyodide.http.pyfetch('http://127.0.0.1:{p}/')"), net_access)
-        .await;
+    // A job's bare realm has no fetch (nor the AbortController pyfetch makes
+    // first); a session's Worker has, without net access.
+    let listener = Listener::open();
+    let code = format!("import pyodide.http\nawait pyodide.http.pyfetch('http://127.0.0.1:{}/')", listener.port);
+    let outcome = run(Py, &code).await;
+    assert_fails_with_any(&outcome, &["is not defined", &net_access(listener.port)]);
+    listener.assert_untouched();
 }
 
 #[tokio::test]
 async fn python_js_fetch() {
-    denied(Py, |p| format!("import js\nawait js.fetch('http://127.0.0.1:{p}/')"), net_access).await;
+    let listener = Listener::open();
+    let outcome = run(Py, &format!("import js\nawait js.fetch('http://127.0.0.1:{}/')", listener.port)).await;
+    assert_fails_with_any(&outcome, &["AttributeError: fetch", &net_access(listener.port)]);
+    listener.assert_untouched();
 }

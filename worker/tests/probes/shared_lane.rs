@@ -83,10 +83,11 @@ print("clean")
     assert_eq!(checked.outcome.verdict, Some(Verdict::Accepted), "{checked:#?}");
 }
 
-/// Each job runs in a Worker of its own, thrown away with it: whatever a job
-/// does to its JS realm or leaves running there, the next job of the batch
-/// finds a fresh one. (A thread that outlives its job gets the child
-/// replaced: see `js_jobs_get_fresh_globals_and_their_own_ending`.)
+/// Each Python job runs in a bare realm of its own, thrown away and collected
+/// with it: whatever a job does to its JS realm or leaves pending there, the
+/// next job of the lane finds a fresh one. The realm has no Deno API, so the
+/// attempts that need one (a timer that writes with `Deno.stdout`, a Worker,
+/// a dynamic import) fail or do nothing, and the next job is still clean.
 #[tokio::test]
 async fn a_job_that_touches_the_js_realm_leaves_nothing_for_the_next() {
     let runner = runner().await;
@@ -115,7 +116,8 @@ print("clean")
 "#;
     for leave in leaves {
         let left = run(&runner, &in_lane(lane, leave)).await;
-        assert_eq!(left.outcome.exit_code, Some(0), "{left:#?}");
+        let refused = left.outcome.stderr.contains("Worker is not defined");
+        assert!(left.outcome.exit_code == Some(0) || refused, "{left:#?}");
         let next = run(&runner, &expecting(lane, check, "clean\n")).await;
         assert_eq!(next.outcome.verdict, Some(Verdict::Accepted), "after {leave:?}: {next:#?}");
     }

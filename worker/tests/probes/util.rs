@@ -302,3 +302,24 @@ pub async fn peak_disk_use(language: Language, code: &str) -> (Outcome, DiskUse)
     let seen = *seen.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
     (outcome, seen)
 }
+
+/// How a Python job's bare realm refuses what only a Deno realm has: it has
+/// no such name (`import js` gives an `AttributeError`; `js.eval`, a
+/// ReferenceError) and no module loader. A session's interpreter runs in a
+/// Worker instead, which has Deno's API with every permission revoked, and
+/// refuses with Deno's own error: probes of `js.Deno` accept either, and
+/// either is a failure that access would not give.
+pub const NO_DENO: &str = "AttributeError: Deno";
+pub const NO_PROCESS: &str = "AttributeError: process";
+pub const NO_DENO_IN_EVAL: &str = "ReferenceError: Deno is not defined";
+pub const NO_MODULE_LOADER: &str = "A dynamic import callback was not specified";
+
+/// Asserts that the program failed (exit 1) with one of `needles` on stderr.
+#[track_caller]
+pub fn assert_fails_with_any(outcome: &Outcome, needles: &[&str]) {
+    assert_eq!((outcome.status, outcome.exit_code), (Status::Completed, Some(1)), "{outcome:#?}");
+    assert!(
+        needles.iter().any(|needle| outcome.stderr.contains(needle)),
+        "stderr lacks all of {needles:?}: {outcome:#?}"
+    );
+}

@@ -1,0 +1,371 @@
+// The realm of one Python job: a bare V8 context (node:vm, made with
+// DONT_CONTEXTIFY), in which this script, Pyodide's loader and its
+// Emscripten script are evaluated, and one Pyodide instance is built from
+// the wasm module the harness compiled once. The context has the
+// language's intrinsics and nothing of Deno: no `Deno`, no `fetch`, no
+// file or network API of any kind. `import js` reaches this realm's
+// global, which holds only what this file puts there.
+//
+// Nothing here is trusted. The harness (pyodide.mjs) evaluates this
+// script, which is one function expression, and calls it with `host`: a
+// few functions of the harness's realm that take and return only numbers,
+// strings and typed arrays of this realm, and are disabled when the job
+// ends. They are kept in this closure and never stored where a program
+// could read them; an error out of one is replaced by an Error of this
+// realm (see `guard`), since one of the harness's realm would lead to its
+// Function constructor.
+//
+// Pyodide runs here as in a JS shell (`read`, `readbuffer` and `load`
+// defined), so it looks for no Node, Deno or browser API. Its files come
+// from the harness through `host.fileSize`/`host.readFile`; the memory
+// snapshot is copied by the harness straight into the instance's memory.
+(function pythonRealm(host) {
+  "use strict";
+  const realm = globalThis;
+  // Taken now, before any program runs: every call into the harness goes
+  // through these, so a program that replaces Reflect.apply later never
+  // sees a host function.
+  const apply = Reflect.apply;
+  delete realm.console;
+  closeDenoHooks();
+
+  /**
+   * Deno's hooks into V8 are the isolate's, so they serve this context
+   * too, and two of them hand a program objects of the harness's realm:
+   * with a function at `globalThis.Error.prepareStackTrace`, Deno calls
+   * it with call sites whose prototype is the harness's; and
+   * `WebAssembly.compileStreaming`/`instantiateStreaming` call Deno's
+   * fetch code, which rejects with a TypeError of its own. So
+   * `globalThis.Error` and its `prepareStackTrace` (an own property, or
+   * one on Function.prototype would be found) are fixed, and the two
+   * streaming functions removed, before any other code runs here.
+   */
+  function closeDenoHooks() {
+    const fixed = (object, name, value) =>
+      Object.defineProperty(object, name, { value, writable: false, enumerable: false, configurable: false });
+    fixed(realm, "Error", Error);
+    fixed(Error, "prepareStackTrace", undefined);
+    delete WebAssembly.compileStreaming;
+    delete WebAssembly.instantiateStreaming;
+  }
+
+  /** `f` with any error replaced by one of this realm: see above. */
+  const guard = (f) =>
+    function () {
+      try {
+        return apply(f, undefined, arguments);
+      } catch {
+        throw new Error("runbox: the harness refused the call");
+      }
+    };
+  const fileSize = guard(host.fileSize);
+  const readFile = guard(host.readFile);
+  const decode = guard(host.decode);
+  const write = guard(host.write);
+  const now = guard(host.now);
+  const randomFill = guard(host.randomFill);
+  const startTimer = guard(host.startTimer);
+  const instantiate = guard(host.instantiate);
+  const restoreMemory = guard(host.restoreMemory);
+  const finish = guard(host.finish);
+
+  const encoder = {
+    encode(text) {
+      const bytes = unescape(encodeURIComponent(String(text ?? "")));
+      const out = new Uint8Array(bytes.length);
+      for (let i = 0; i < bytes.length; i++) out[i] = bytes.charCodeAt(i);
+      return out;
+    },
+  };
+
+  // What Pyodide and Emscripten use of a host, on this realm's terms.
+  realm.read = (path) => decode(fileBytes(path));
+  realm.readbuffer = (path) => fileBytes(path).buffer;
+  realm.load = (path) => {
+    throw new Error(`runbox: no script to load at ${path}`);
+  };
+  realm.print = (text) => write(1, encoder.encode(`${text}\n`));
+  realm.printErr = (text) => write(2, encoder.encode(`${text}\n`));
+  const log = (fd) => (...parts) => write(fd, encoder.encode(`${parts.map(String).join(" ")}\n`));
+  realm.console = { log: log(1), info: log(1), debug: log(1), warn: log(2), error: log(2) };
+  realm.performance = { now: () => now() };
+  realm.crypto = {
+    getRandomValues(array) {
+      randomFill(array);
+      return array;
+    },
+  };
+  realm.TextDecoder = class TextDecoder {
+    decode(bytes) {
+      return bytes === undefined ? "" : decode(ArrayBuffer.isView(bytes) ? bytes : new Uint8Array(bytes));
+    }
+  };
+  realm.TextEncoder = class TextEncoder {
+    encode(text) {
+      return encoder.encode(text);
+    }
+    encodeInto(text, into) {
+      const bytes = encoder.encode(text);
+      const written = Math.min(bytes.length, into.length);
+      into.set(bytes.subarray(0, written));
+      return { read: String(text).length, written };
+    }
+  };
+  const timers = new Map();
+  let nextTimer = 1;
+  realm.setTimeout = (callback, ms, ...args) => {
+    const id = nextTimer++;
+    timers.set(id, () => callback(...args));
+    startTimer(id, Number(ms) || 0);
+    return id;
+  };
+  realm.clearTimeout = (id) => void timers.delete(id);
+  /** Called by the harness when timer `id` is due. */
+  const fireTimer = (id) => {
+    const callback = timers.get(id);
+    timers.delete(id);
+    if (callback) callback();
+  };
+
+  function fileBytes(path) {
+    const name = String(path);
+    const size = fileSize(name);
+    if (size < 0) throw new Error(`runbox: Pyodide asked for a file it was not given: ${name}`);
+    const bytes = new Uint8Array(size);
+    readFile(name, bytes);
+    return bytes;
+  }
+
+  // Added to the exit status the runner returns when the program ended on a MemoryError.
+  const MEMORY_FLAG = 0x100;
+  const PACKAGES_ZIP = "/lib/packages.zip";
+  const memories = [];
+  let instance = null;
+
+  /**
+   * Python's heap is WebAssembly memory, which V8's heap limit does not
+   * cover. Capping its page count makes growth fail inside the allocator,
+   * so Python raises a clean MemoryError instead of the process dying.
+   */
+  function capWasmMemory(mb) {
+    const maxPages = mb > 0 ? Math.floor((mb * 1024 * 1024) / 65536) : 65536;
+    const Memory = WebAssembly.Memory;
+    function CappedMemory(descriptor) {
+      const maximum = Math.min(descriptor.maximum ?? maxPages, maxPages);
+      const initial = Math.min(descriptor.initial, maximum);
+      const memory = new Memory({ ...descriptor, initial, maximum });
+      // Pyodide's one-page shared memory (for Atomics.wait) is not its heap.
+      if (!descriptor.shared) memories.push(memory);
+      return memory;
+    }
+    CappedMemory.prototype = Memory.prototype;
+    WebAssembly.Memory = CappedMemory;
+  }
+
+  /**
+   * Builds the instance: Pyodide's own loader, in shell mode, with its
+   * wasm instantiated by the harness from the shared module, and its
+   * memory image put in place by the harness (`header` is the snapshot's
+   * header and JSON, which Pyodide reads; `size` the whole snapshot's).
+   */
+  async function boot({ memoryMb, lock, header, size, runner }) {
+    capWasmMemory(memoryMb);
+    const wasm = WebAssembly;
+    const original = wasm.instantiate;
+    // Pyodide reads the wasm file (a placeholder) and instantiates it:
+    // the harness builds the instance from the module it compiled.
+    wasm.instantiate = function (source, imports) {
+      if (!(source instanceof Uint8Array) || source.length !== 8) return Reflect.apply(original, wasm, arguments);
+      const stub = fileBytes("dylink.wasm");
+      return Promise.resolve({ instance: instantiate(imports), module: new wasm.Module(stub) });
+    };
+    // Pyodide sizes the memory from the snapshot's length and reads its
+    // header; the harness copies the image (see restoreMemory).
+    const snapshot = new Uint8Array(size);
+    snapshot.set(header);
+    realm.__runboxRestore = (heap) => {
+      restoreMemory(heap.buffer);
+    };
+    let pyodide;
+    try {
+      pyodide = await realm.loadPyodide({
+        indexURL: "/pyodide/",
+        lockFileContents: lock,
+        ...(size > 0 ? { _loadSnapshot: snapshot } : {}),
+        stdout: realm.print,
+        stderr: realm.printErr,
+      });
+    } finally {
+      wasm.instantiate = original;
+      delete realm.__runboxRestore;
+      delete realm.loadPyodide;
+    }
+    pyodide._api.config._loadSnapshot = undefined;
+    pyodide.FS.writeFile(PACKAGES_ZIP, fileBytes("packages.zip"));
+    const sink = (fd) => ({
+      write(bytes) {
+        write(fd, bytes);
+        return bytes.length;
+      },
+    });
+    pyodide.setStdout(sink(1));
+    pyodide.setStderr(sink(2));
+    // Plain exec, not runPython: Pyodide's eval_code parses the source with
+    // `ast` first, and the instance's first call after it ran markedly slower.
+    const globals = pyodide.toPy({ PACKAGES_ZIP, MEMORY_FLAG });
+    pyodide.pyimport("builtins").exec(runner, globals);
+    instance = { pyodide, runMain: globals.get("run_main") };
+  }
+
+  /**
+   * Runs one program (`job` is the frame's JSON, as the harness rebuilt
+   * it) and tells the harness (`finish`) its exit status, whether it ended
+   * on a MemoryError, and its returned files as JSON (or "null"). The
+   * harness takes the first answer only.
+   */
+  function run(jobJson) {
+    const job = JSON.parse(jobJson);
+    const answer = (status, memoryError, files) => finish(status, memoryError, files);
+    execute(job).then(
+      ({ status, memoryError, files }) => answer(status, memoryError, JSON.stringify(files)),
+      (error) => {
+        write(2, encoder.encode(`runbox: ${String(error?.message ?? error)}\n`));
+        answer(1, false, "null");
+      },
+    );
+  }
+
+  async function execute(job) {
+    const { pyodide, runMain } = instance;
+    writeFiles(pyodide.FS, job.files);
+    // Returned files are found from where the program started, wherever it went.
+    const home = pyodide.FS.cwd();
+    const stdin = encoder.encode(job.stdin);
+    let consumed = 0;
+    pyodide.setStdin({
+      read(buffer) {
+        const n = Math.min(buffer.length, stdin.length - consumed);
+        buffer.set(stdin.subarray(consumed, consumed + n));
+        consumed += n;
+        return n;
+      },
+    });
+    // callPromising lets the program block on JS promises (run_until_complete,
+    // run_sync) through WebAssembly stack switching.
+    const result = await runMain.callPromising(job.code, job.args);
+    const memoryError = (result & MEMORY_FLAG) !== 0 && largestMemory() >= (job.memory_mb * 1024 * 1024) / 2;
+    const files = job.return_files ? filesWritten(pyodide.FS, home, job) : null;
+    return { status: result & 0xff, memoryError, files };
+  }
+
+  /**
+   * The files `job.return_files` asks for, under `home`, in path order: the
+   * listed paths that are regular files, or with `true` every regular file
+   * (links are not followed) except input files the program left unchanged.
+   * At most `max_files` files and `max_bytes` bytes in all are kept.
+   */
+  function filesWritten(FS, home, job) {
+    const { want, max_files: maxFiles, max_bytes: maxBytes } = job.return_files;
+    const isFile = (path) => {
+      try {
+        return FS.isFile(FS.lstat(`${home}/${path}`).mode);
+      } catch {
+        return false;
+      }
+    };
+    const paths = want === true ? walk(FS, home, "") : want.filter(isFile);
+    paths.sort();
+    const given = new Map(job.files.map((file) => [file.path, file]));
+    const out = { files: [], truncated: false };
+    let budget = maxBytes;
+    for (const path of paths) {
+      const bytes = FS.readFile(`${home}/${path}`);
+      if (want === true && given.has(path) && sameBytes(bytes, inputBytes(given.get(path)))) continue;
+      if (out.files.length === maxFiles) {
+        out.truncated = true;
+        break;
+      }
+      const kept = bytes.subarray(0, budget);
+      budget -= kept.length;
+      const truncated = kept.length < bytes.length;
+      out.truncated ||= truncated;
+      out.files.push({ path, content: base64(kept), size: bytes.length, truncated });
+    }
+    return out;
+  }
+
+  /** Relative paths of the regular files under `dir`, not following links. */
+  function walk(FS, dir, prefix) {
+    const found = [];
+    for (const name of FS.readdir(dir)) {
+      if (name === "." || name === "..") continue;
+      const mode = FS.lstat(`${dir}/${name}`).mode;
+      if (FS.isDir(mode)) found.push(...walk(FS, `${dir}/${name}`, `${prefix}${name}/`));
+      else if (FS.isFile(mode)) found.push(`${prefix}${name}`);
+    }
+    return found;
+  }
+
+  function sameBytes(a, b) {
+    if (a.length !== b.length) return false;
+    for (let i = 0; i < a.length; i++) if (a[i] !== b[i]) return false;
+    return true;
+  }
+
+  /** Puts files in Pyodide's in-memory file system (relative paths: under the working directory). */
+  function writeFiles(FS, files) {
+    for (const file of files) {
+      const { path } = file;
+      const slash = path.lastIndexOf("/");
+      if (slash > 0) FS.mkdirTree(path.slice(0, slash));
+      FS.writeFile(path, inputBytes(file));
+    }
+  }
+
+  function inputBytes({ content, encoding }) {
+    return encoding === "base64" ? fromBase64(content) : encoder.encode(content);
+  }
+
+  // Base64 by hand: a bare realm has no atob or btoa.
+  const ALPHABET = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  const SEXTETS = new Map([...ALPHABET].map((c, i) => [c, i]));
+
+  function base64(bytes) {
+    const parts = [];
+    for (let at = 0; at < bytes.length; at += 3) {
+      const n = (bytes[at] << 16) | ((bytes[at + 1] ?? 0) << 8) | (bytes[at + 2] ?? 0);
+      const left = bytes.length - at;
+      parts.push(
+        ALPHABET[n >> 18] + ALPHABET[(n >> 12) & 63] + (left > 1 ? ALPHABET[(n >> 6) & 63] : "=") +
+          (left > 2 ? ALPHABET[n & 63] : "="),
+      );
+    }
+    return parts.join("");
+  }
+
+  /** The api checked `content` is base64; anything else decodes as zeros. */
+  function fromBase64(text) {
+    const clean = String(text).replace(/=+$/, "");
+    const out = new Uint8Array(Math.floor((clean.length * 3) / 4));
+    let bits = 0;
+    let value = 0;
+    let at = 0;
+    for (const c of clean) {
+      value = (value << 6) | (SEXTETS.get(c) ?? 0);
+      bits += 6;
+      if (bits >= 8) {
+        bits -= 8;
+        out[at++] = (value >> bits) & 0xff;
+      }
+    }
+    return out;
+  }
+
+  function largestMemory() {
+    let largest = 0;
+    for (const memory of memories) largest = Math.max(largest, memory.buffer.byteLength);
+    return largest;
+  }
+
+  return { boot, run, fireTimer };
+});

@@ -1,0 +1,296 @@
+// The harness's side of a Python job's realm (python-realm.js): reads and
+// compiles what every realm is built from, once per child, and makes one
+// bare V8 context per job, in which a Pyodide instance is built from the
+// shared wasm module.
+//
+// What crosses into a realm: the functions of `host` below, held in the
+// realm script's closure, which take numbers, strings and typed arrays of
+// that realm, copy what they read with this realm's intrinsics, and return
+// only numbers and strings (the one exception, `instantiate`, returns an
+// instance built by the realm's own constructor). What comes back: plain
+// values through `host.finish`, never a promise of that realm, whose
+// `then` a program could have replaced (awaiting it would hand the program
+// this realm's resolve functions, and through them its Function).
+//
+// A realm is retired when its job ends: its host functions stop working,
+// its timers are cleared, and every reference to it is dropped.
+// `PythonRealm.isGone` then tells, after a collection, whether V8 has freed
+// it: a realm still alive (a promise or callback of the job's kept it)
+// could still run code, and the child is then replaced.
+import v8 from "node:v8";
+import vm from "node:vm";
+
+import { writeAll } from "./protocol.mjs";
+
+const apply = Reflect.apply;
+const construct = Reflect.construct;
+const TypedArray = Object.getPrototypeOf(Uint8Array);
+const typedLength = Object.getOwnPropertyDescriptor(TypedArray.prototype, "length").get;
+const typedSet = TypedArray.prototype.set;
+const isArrayBuffer = (value) => {
+  try {
+    apply(Object.getOwnPropertyDescriptor(ArrayBuffer.prototype, "byteLength").get, value, []);
+    return true;
+  } catch {
+    return false;
+  }
+};
+const decoder = new TextDecoder();
+const getRandomValues = crypto.getRandomValues.bind(crypto);
+// V8's full collection, taken from a context made while the flag that
+// exposes it is on; it is off again before any job's realm is made.
+v8.setFlagsFromString("--expose-gc");
+const collect = vm.runInNewContext("gc");
+v8.setFlagsFromString("--no-expose-gc");
+
+/** Pyodide's Emscripten script and loader, changed where a realm needs it. */
+const PATCHES = [
+  {
+    file: "pyodide.mjs",
+    // An ES module; a context evaluates scripts, so the export becomes a global.
+    find: /export\s*\{\s*(\w+) as loadPyodide\s*,[^}]*\};?/,
+    replace: "globalThis.loadPyodide = $1;",
+  },
+  {
+    file: "pyodide.asm.js",
+    // restoreSnapshot copies the image into the heap; the harness does (see restoreMemory).
+    find: /Module\.HEAP8\.set\((\w+)\),(\w+)\}/,
+    replace: "globalThis.__runboxRestore(Module.HEAP8),$2}",
+  },
+  {
+    file: "pyodide.asm.js",
+    // In a shell, Emscripten draws entropy through d8's os.system; the
+    // realm's crypto.getRandomValues (the harness's, by copy) serves instead.
+    find: /if\(ENVIRONMENT_IS_SHELL\)\{return view=>\{if\(!os\.system\)/,
+    replace: "if(false){return view=>{if(!os.system)",
+  },
+];
+
+/** A copy, in this realm, of the typed array `bytes` of a job's realm. */
+function own(bytes) {
+  const copy = new Uint8Array(apply(typedLength, bytes, []));
+  apply(typedSet, copy, [bytes]);
+  return copy;
+}
+
+/**
+ * Reads Pyodide's files, the snapshot and the realm script from `dir` and
+ * `snapshotPath` (while the child may still read) and compiles the wasm
+ * module and the scripts: everything a realm is built from.
+ */
+export async function prepareRealms(dir, snapshotPath, realmSource) {
+  const read = (name) => Deno.readFileSync(`${dir}/${name}`);
+  const sources = {};
+  for (const { file, find, replace } of PATCHES) {
+    const text = sources[file] ?? decoder.decode(read(file));
+    const found = text.match(new RegExp(find.source, "g")) ?? [];
+    if (found.length !== 1) {
+      throw new Error(`${file} no longer has exactly one match for ${find}: update python-realms.mjs for this Pyodide`);
+    }
+    sources[file] = text.replace(find, replace);
+  }
+  const wasm = read("pyodide.asm.wasm");
+  const module = await WebAssembly.compile(wasm);
+  // Without a snapshot (setup not run), Pyodide boots from scratch in every realm.
+  const snapshot = snapshotPath ? Deno.readFileSync(snapshotPath) : new Uint8Array(8);
+  const headerLength = snapshotPath ? new DataView(snapshot.buffer, snapshot.byteOffset).getUint32(4, true) : 8;
+  const packages = (() => {
+    try {
+      return read("packages.zip");
+    } catch {
+      return new Uint8Array(0);
+    }
+  })();
+  return {
+    module,
+    scripts: [
+      new vm.Script(realmSource, { filename: "python-realm.js" }),
+      new vm.Script(sources["pyodide.asm.js"], { filename: "pyodide.asm.js" }),
+      new vm.Script(sources["pyodide.mjs"], { filename: "pyodide.mjs" }),
+    ],
+    files: new Map([
+      // Pyodide reads the wasm file and instantiates what it read: it gets
+      // an 8-byte placeholder, which the realm swaps for the shared module.
+      ["/pyodide/pyodide.asm.wasm", new Uint8Array(8)],
+      ["/pyodide/python_stdlib.zip", read("python_stdlib.zip")],
+      ["dylink.wasm", dylinkStub(module)],
+      ["packages.zip", packages],
+    ]),
+    lock: decoder.decode(read("pyodide-lock.json")),
+    header: snapshot.slice(0, headerLength),
+    image: snapshot.subarray(headerLength),
+    size: snapshotPath ? snapshot.length : 0,
+    pages: nonZeroPages(snapshot.subarray(headerLength)),
+  };
+}
+
+/**
+ * A wasm module with nothing but `module`'s dylink.0 section: the loader
+ * reads its memory and table layout from the module it is handed, which
+ * must be of the job's realm (the shared module is of this one, and its
+ * constructor would lead here).
+ */
+function dylinkStub(module) {
+  const leb = (n) => {
+    const out = [];
+    do {
+      let byte = n & 0x7f;
+      n >>>= 7;
+      if (n) byte |= 0x80;
+      out.push(byte);
+    } while (n);
+    return out;
+  };
+  const section = new Uint8Array(WebAssembly.Module.customSections(module, "dylink.0")[0]);
+  const name = [...new TextEncoder().encode("dylink.0")];
+  const body = [...leb(name.length), ...name, ...section];
+  return new Uint8Array([0x00, 0x61, 0x73, 0x6d, 1, 0, 0, 0, 0, ...leb(body.length), ...body]);
+}
+
+const PAGE = 4096;
+
+/** The [start, end) byte ranges of `image` that are not all zero, in whole pages. */
+function nonZeroPages(image) {
+  const words = new Uint32Array(image.buffer, image.byteOffset, Math.floor(image.length / 4));
+  const ranges = [];
+  for (let page = 0; page * PAGE < image.length; page++) {
+    const from = (page * PAGE) / 4;
+    const to = Math.min(from + PAGE / 4, words.length);
+    let zero = (page + 1) * PAGE <= words.length * 4;
+    for (let i = from; zero && i < to; i++) zero = words[i] === 0;
+    if (zero) continue;
+    const start = page * PAGE;
+    const end = Math.min(start + PAGE, image.length);
+    const last = ranges[ranges.length - 1];
+    if (last && last[1] === start) last[1] = end;
+    else ranges.push([start, end]);
+  }
+  return ranges;
+}
+
+/** One job's realm, with a Pyodide instance of its own. */
+export class PythonRealm {
+  #live = true;
+  #timers = new Set();
+  #api;
+  #gone;
+  #finish = null;
+  #ended = () => {};
+
+  /** Builds a realm from `assets` (see prepareRealms); `memoryMb` caps its wasm memory. */
+  static async boot(assets, memoryMb, runner) {
+    const realm = new PythonRealm();
+    await realm.#boot(assets, memoryMb, runner);
+    return realm;
+  }
+
+  async #boot(assets, memoryMb, runner) {
+    const context = vm.createContext(vm.constants.DONT_CONTEXTIFY);
+    this.#gone = new WeakRef(context);
+    // Taken before any script runs in the realm, so nothing can have changed it.
+    const Instance = vm.runInContext("WebAssembly.Instance", context);
+    const live = () => this.#live;
+    const host = {
+      fileSize: (name) => assets.files.get(String(name))?.length ?? -1,
+      readFile: (name, into) => {
+        const bytes = assets.files.get(String(name));
+        if (bytes && apply(typedLength, into, []) === bytes.length) apply(typedSet, into, [bytes]);
+      },
+      decode: (bytes) => decoder.decode(own(bytes)),
+      write: (fd, bytes) => {
+        if (live() && (fd === 1 || fd === 2)) writeAll(fd, own(bytes));
+      },
+      now: () => performance.now(),
+      randomFill: (array) => void getRandomValues(array),
+      startTimer: (id, ms) => {
+        if (!live()) return;
+        const timer = setTimeout(() => {
+          this.#timers.delete(timer);
+          if (!live()) return;
+          try {
+            this.#api.fireTimer(id);
+          } catch {
+            // The program's callback threw: its own business.
+          }
+        }, Math.max(0, Number(ms)));
+        this.#timers.add(timer);
+      },
+      finish: (status, memoryError, files) => this.#settle(status, memoryError, files),
+      instantiate: (imports) => construct(Instance, [assets.module, imports]),
+      restoreMemory: (buffer) => {
+        if (!isArrayBuffer(buffer)) throw new TypeError("not a buffer");
+        const heap = new Uint8Array(buffer);
+        // Fresh wasm memory is zero: only the image's other pages are copied.
+        for (const [start, end] of assets.pages) heap.set(assets.image.subarray(start, end), start);
+      },
+    };
+    const [realmScript, ...pyodideScripts] = assets.scripts;
+    const made = realmScript.runInContext(context)(host);
+    this.#api = { run: made.run, fireTimer: made.fireTimer };
+    for (const script of pyodideScripts) script.runInContext(context);
+    // No program has run in this realm yet, so its promise is Pyodide's own.
+    await made.boot({ memoryMb, lock: assets.lock, header: assets.header, size: assets.size, runner });
+  }
+
+  /**
+   * Runs `job` (plain data, rebuilt by the harness); resolves with
+   * `{status, memoryError, files}`, read from plain values.
+   */
+  run(job) {
+    return new Promise((resolve) => {
+      this.#finish = (status, memoryError, files) => {
+        let parsed = null;
+        try {
+          parsed = typeof files === "string" ? JSON.parse(files) : null;
+        } catch {
+          parsed = null;
+        }
+        resolve({
+          status: typeof status === "number" ? status & 0xff : 1,
+          memoryError: memoryError === true,
+          files: parsed,
+        });
+      };
+      // A program that leaves nothing to wait for and never ends (Pyodide
+      // gave up on a fatal error, say) would let Deno exit: it has ended,
+      // with status 1, and Deno keeps running.
+      const stalled = (event) => {
+        event.preventDefault();
+        this.#settle(1, false, null);
+      };
+      addEventListener("beforeunload", stalled);
+      this.#ended = () => removeEventListener("beforeunload", stalled);
+      try {
+        this.#api.run(JSON.stringify(job));
+      } catch {
+        this.#settle(1, false, null);
+      }
+    });
+  }
+
+  /** Ends the running job with what it answered (or what the harness decided), once. */
+  #settle(status, memoryError, files) {
+    const finish = this.#finish;
+    this.#finish = null;
+    this.#ended();
+    finish?.(status, memoryError, files);
+  }
+
+  /** Ends the realm's use: its host functions and timers stop, and it is no longer referenced. */
+  retire() {
+    this.#live = false;
+    for (const timer of this.#timers) clearTimeout(timer);
+    this.#timers.clear();
+    this.#api = null;
+  }
+
+  /** Whether V8 has freed the realm, after a collection (call `collectGarbage` first). */
+  isGone() {
+    return this.#gone.deref() === undefined;
+  }
+}
+
+/** A full collection of the process's heap. */
+export function collectGarbage() {
+  collect({ type: "major" });
+}
