@@ -38,7 +38,8 @@
    * fetch code, which rejects with a TypeError of its own. So
    * `globalThis.Error` and its `prepareStackTrace` (an own property, or
    * one on Function.prototype would be found) are fixed, and the two
-   * streaming functions removed, before any other code runs here.
+   * streaming functions removed, before any other code runs here; so is
+   * Atomics.waitAsync, whose waiters outlive the realm (see below).
    */
   function closeDenoHooks() {
     const fixed = (object, name, value) =>
@@ -47,6 +48,11 @@
     fixed(Error, "prepareStackTrace", undefined);
     delete WebAssembly.compileStreaming;
     delete WebAssembly.instantiateStreaming;
+    // An Atomics.waitAsync waiter is V8's, not the realm's: its timeout
+    // fires after the realm is collected (the child still reports clean),
+    // so a job could leave work for the next job's time. No other thread
+    // shares this realm's memory, so there is nothing to wait for anyway.
+    delete Atomics.waitAsync;
   }
 
   /** `f` with any error replaced by one of this realm: see above. */
