@@ -15,6 +15,7 @@ mod integrity;
 mod network;
 mod packages;
 mod processes;
+mod realms;
 mod results;
 mod runaway;
 mod shared_lane;

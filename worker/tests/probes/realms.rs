@@ -1,0 +1,471 @@
+//! A Python job's bare realm: a node:vm context on the harness's own
+//! thread, in the isolate where the harness keeps `Deno`, the frames and
+//! the result channel. Any object of the harness's realm in a job's hands
+//! is a full escape (`x.constructor.constructor("return Deno")()`), so
+//! every way V8 or Deno could hand one over is probed here, as is every
+//! way a job could leave something behind for the next job of its lane.
+//!
+//! A review of the realm-per-job harness, as a stranger with the code in
+//! hand, found the first four; each probe failed on the harness it was
+//! found in. The rest are the defences that held and matter most.
+//!
+//! Each check prints what it found; a value "of the harness" is one whose
+//! prototype chain ends at another realm's `Object.prototype` (see
+//! [`FOREIGN`]). A session's interpreter runs in a Worker, an isolate of
+//! its own, where every object is the job's: the same checks hold there.
+
+use runbox_common::{JobSpec, Outcome, Status, Verdict};
+use runbox_worker::sandbox::{RunReport, Runner};
+use tokio_util::sync::CancellationToken;
+
+use crate::util::*;
+
+/// Python that defines `foreign(value)` in the job's JS realm: whether
+/// `value` is an object of another realm, i.e. its prototype chain ends
+/// at an `Object.prototype` that is not this realm's. Probes append to it.
+const FOREIGN: &str = r#"import js
+js.eval("""globalThis.foreign = (value) => {
+  if (value === null || (typeof value !== "object" && typeof value !== "function")) return false;
+  let object = value;
+  for (let i = 0; i < 1000; i++) {
+    let next;
+    try { next = Reflect.getPrototypeOf(object); } catch { return false; }
+    if (next === null) return object !== value && object !== Object.prototype;
+    object = next;
+  }
+  return false;
+}""")
+"#;
+
+fn with_foreign(code: &str) -> String {
+    format!("{FOREIGN}{code}")
+}
+
+#[track_caller]
+fn assert_ran(outcome: &Outcome, exit_code: i32, stdout: &str) {
+    let ran = (outcome.status, outcome.exit_code, outcome.signal, outcome.stdout.as_str());
+    assert_eq!(ran, (Status::Completed, Some(exit_code), None, stdout), "{outcome:#?}");
+}
+
+async fn lane_runner() -> Runner {
+    runner_with(limits(), &std::env::temp_dir()).await
+}
+
+async fn run_in(runner: &Runner, lane: &str, spec: JobSpec) -> RunReport {
+    let job = JobSpec { shared_lane: Some(lane.to_owned()), ..spec };
+    runner.run(&job, &CancellationToken::new()).await
+}
+
+/// The honest job that follows an attack in its lane: exactly its own
+/// output and verdict; `reused` says whether it ran in the same child.
+async fn honest_after(runner: &Runner, lane: &str, reused: Option<bool>) {
+    let code = "import asyncio\nawait asyncio.sleep(0.6)\nprint('honest')";
+    let spec = JobSpec { expected_stdout: Some("honest\n".into()), ..spec(Py, code) };
+    let next = run_in(runner, lane, spec).await;
+    assert_ran(&next.outcome, 0, "honest\n");
+    assert_eq!((next.outcome.stderr.as_str(), next.outcome.verdict), ("", Some(Verdict::Accepted)), "{next:#?}");
+    if let Some(reused) = reused {
+        assert_eq!(next.outcome.warm, reused, "boot {:?}: {:#?}", next.boot, next.outcome);
+    }
+}
+
+/// Hole 1: with a function at `Error.prepareStackTrace`, Deno's stack
+/// trace hook (the isolate's, so also this realm's) calls it with call
+/// sites whose prototype is of the harness's realm: from any stack, the
+/// harness's `Function`, then `Deno`. The realm now fixes
+/// `globalThis.Error` and its `prepareStackTrace`; each way of putting a
+/// function where the hook looks is tried, on a stack that runs through
+/// the harness (a timer's callback), with `.stack` and with
+/// `Error.captureStackTrace`.
+#[tokio::test]
+async fn call_sites_of_a_stack_trace_are_never_the_harnesss() {
+    let code = with_foreign(
+        r#"
+print(await js.eval("""(async () => {
+  const OwnError = Error;
+  let handed = 0, harness = 0, tried = 0;
+  const collect = (error, sites) => {
+    if (Array.isArray(sites)) for (const site of sites) { handed++; if (foreign(site)) harness++; }
+    return "formatted";
+  };
+  const ways = [
+    [() => { Error.prepareStackTrace = collect; }, () => { Error.prepareStackTrace = undefined; }],
+    [() => Object.defineProperty(Error, "prepareStackTrace", { value: collect, configurable: true, writable: true }),
+     () => { delete Error.prepareStackTrace; }],
+    [() => { Function.prototype.prepareStackTrace = collect; }, () => { delete Function.prototype.prepareStackTrace; }],
+    [() => { Object.prototype.prepareStackTrace = collect; }, () => { delete Object.prototype.prepareStackTrace; }],
+    [() => { globalThis.Error = { prepareStackTrace: collect }; }, () => { globalThis.Error = OwnError; }],
+    [() => Object.defineProperty(globalThis, "Error", { value: { prepareStackTrace: collect }, configurable: true, writable: true }),
+     () => Object.defineProperty(globalThis, "Error", { value: OwnError, configurable: true, writable: true })],
+  ];
+  for (const [set, unset] of ways) {
+    try { set(); } catch {}
+    await new Promise((resolve) => setTimeout(() => {
+      try { void new OwnError("from a timer").stack; } catch {}
+      try { const holder = {}; OwnError.captureStackTrace(holder); void holder.stack; } catch {}
+      resolve();
+    }, 0));
+    try { unset(); } catch {}
+    tried++;
+  }
+  return `tried ${tried} ways, ${harness} call sites of the harness`;
+})()"""))
+"#,
+    );
+    let outcome = run(Py, &code).await;
+    assert_ran(&outcome, 0, "tried 6 ways, 0 call sites of the harness\n");
+}
+
+/// Hole 2: `WebAssembly.compileStreaming` and `instantiateStreaming` are
+/// installed in every context of an isolate whose embedder streams wasm,
+/// and Deno's streaming hook runs its fetch code in the harness's realm,
+/// which rejects anything but a Response with a TypeError of its own:
+/// `(await WebAssembly.compileStreaming({}).catch(e => e)).constructor`
+/// led to `Deno`. A bare realm now has neither function.
+#[tokio::test]
+async fn a_streaming_compile_hands_over_nothing_of_the_harness() {
+    let code = with_foreign(
+        r#"
+print(await js.eval("""(async () => {
+  const lines = [];
+  for (const name of ["compileStreaming", "instantiateStreaming"]) {
+    const stream = WebAssembly[name];
+    if (typeof stream !== "function") { lines.push(`${name}: absent`); continue; }
+    const seen = new Set();
+    for (const source of [{}, Promise.resolve({}), 1, "x"]) {
+      try { await stream(source); seen.add("resolved"); }
+      catch (error) { seen.add(foreign(error) ? "an error of the harness" : "an error of its own"); }
+    }
+    lines.push(`${name}: ${[...seen].join(", ")}`);
+  }
+  return lines.join("\\n");
+})()"""))
+"#,
+    );
+    let outcome = run(Py, &code).await;
+    // A session's Worker has both functions and Deno's fetch code in its
+    // own realm; a job's bare realm has neither.
+    let expected = if in_sessions() { "an error of its own" } else { "absent" };
+    assert_ran(&outcome, 0, &format!("compileStreaming: {expected}\ninstantiateStreaming: {expected}\n"));
+}
+
+/// Hole 3: the harness's `unhandledrejection` listener told a job's
+/// promise from its own with `instanceof`, which runs a job's proxy
+/// traps; a promise whose prototype is a proxy that throws made the
+/// listener throw, the event went to Deno's default, and Deno formatted
+/// the reason with `Deno.inspect`, calling the reason's custom inspect
+/// method with the harness's `inspect` function (then exited). The
+/// listener now takes a question it cannot answer as the job's.
+#[tokio::test]
+async fn an_unhandled_rejection_the_harness_cannot_classify_is_let_go() {
+    let code = with_foreign(
+        r#"
+js.eval("""(() => {
+  const reason = {
+    [Symbol.for("Deno.customInspect")](inspect, options) {
+      print(`inspected with ${foreign(inspect) || foreign(options) ? "the harness's" : "its own"} inspect`);
+      return "reason";
+    },
+    [Symbol.for("nodejs.util.inspect.custom")](depth, options, inspect) {
+      print(`inspected with ${foreign(inspect) || foreign(options) ? "the harness's" : "its own"} node inspect`);
+      return "reason";
+    },
+  };
+  const rejected = Promise.reject(reason);
+  Object.setPrototypeOf(rejected, new Proxy({}, { getPrototypeOf() { throw new Error("no prototype"); } }));
+})()""")
+print("done")
+"#,
+    );
+    let outcome = run(Py, &code).await;
+    let seen = format!("{}{}", outcome.stdout, outcome.stderr);
+    assert!(!seen.contains("the harness's"), "{outcome:#?}");
+    // A session's Worker reports the rejection to the session harness,
+    // which ends the exec its own way; a job's realm lets it go.
+    if !in_sessions() {
+        assert_ran(&outcome, 0, "done\n");
+    }
+}
+
+/// Hole 4: an `Atomics.waitAsync` waiter is V8's, not the realm's: once
+/// the realm is collected the child reports clean, but every waiter's
+/// timeout still fires, in the next job's time (a million of them held
+/// up the next job by seconds). No other thread shares a bare realm's
+/// memory, so it has no `Atomics.waitAsync`; a job that had one would
+/// leave a hundred thousand waiters due while the next job runs.
+#[tokio::test]
+async fn a_job_leaves_no_atomics_waiters_for_the_next() {
+    let runner = lane_runner().await;
+    let lane = "realms-waiters";
+    let code = r#"
+import js
+print("waitAsync:", js.eval("typeof Atomics.waitAsync"))
+js.eval("""(() => {
+  if (typeof Atomics.waitAsync !== "function") return;
+  const cell = new Int32Array(new SharedArrayBuffer(4));
+  for (let i = 0; i < 100000; i++) Atomics.waitAsync(cell, 0, 0, 300 + (i % 700)).value.then(() => print("LATE"));
+})()""")
+"#;
+    let left = run_in(&runner, lane, spec(Py, code)).await;
+    assert_ran(&left.outcome, 0, "waitAsync: undefined\n");
+    honest_after(&runner, lane, Some(true)).await;
+}
+
+/// What the brief of the realm names as the escape: nothing a job reaches
+/// from its globals or from Pyodide (its module, its API, the wasm
+/// instance's exports and table, the functions the harness put there) is
+/// of the harness's realm, and the `Function` reached from Pyodide's
+/// module is the realm's own.
+#[tokio::test]
+async fn nothing_reachable_from_the_realm_is_the_harnesss() {
+    let code = with_foreign(
+        r#"
+import pyodide_js
+js.probe_pyodide = pyodide_js
+print(js.eval("""(() => {
+  const seen = new Set();
+  const found = [];
+  const visit = (value, path, depth) => {
+    if (value === null || (typeof value !== "object" && typeof value !== "function") || seen.has(value)) return;
+    seen.add(value);
+    if (foreign(value)) found.push(path);
+    if (depth === 0) return;
+    let keys;
+    try { keys = Reflect.ownKeys(value); } catch { return; }
+    for (const key of keys) {
+      // A session Worker's Deno internals (not in a bare realm) have objects of
+      // null-prototype classes, which the test cannot place.
+      if (value === globalThis && (typeof key === "symbol" || key === "Deno")) continue;
+      let d;
+      try { d = Reflect.getOwnPropertyDescriptor(value, key); } catch { continue; }
+      if (d) for (const v of [d.value, d.get, d.set]) visit(v, `${path}.${String(key)}`, depth - 1);
+    }
+    try { visit(Reflect.getPrototypeOf(value), `${path}.__proto__`, depth - 1); } catch {}
+  };
+  visit(globalThis, "globalThis", 3);
+  const module = probe_pyodide._module;
+  visit(module, "module", 2);
+  visit(probe_pyodide._api, "api", 2);
+  const table = module.wasmTable;
+  for (let i = 0; i < table.length; i++) visit(table.get(i), `table[${i}]`, 0);
+  const reached = module.constructor.constructor("return typeof Deno")();
+  return [
+    seen.size > 10000 ? "swept" : `swept only ${seen.size}`,
+    `of the harness: ${found.slice(0, 5).join(" ") || "none"}`,
+    `Function of Pyodide's module: ${reached === typeof Deno ? "the realm's own" : "another: Deno is " + reached}`,
+  ].join("\\n");
+})()"""))
+"#,
+    );
+    let outcome = run(Py, &code).await;
+    assert_ran(&outcome, 0, "swept\nof the harness: none\nFunction of Pyodide's module: the realm's own\n");
+}
+
+/// The functions the harness gives a realm take a program's odd
+/// arguments (wrong types, proxies, oversized arrays, a stack about to
+/// overflow) and refuse with errors of the realm: an error of the
+/// harness's out of one of them would be an escape.
+#[tokio::test]
+async fn the_harnesss_functions_refuse_with_errors_of_the_realm() {
+    let code = with_foreign(
+        r#"
+print(js.eval("""(() => {
+  const calls = [
+    () => crypto.getRandomValues(new Float64Array(2)),
+    () => crypto.getRandomValues(new Uint8Array(1 << 17)),
+    () => crypto.getRandomValues(new Proxy(new Uint8Array(2), {})),
+    () => crypto.getRandomValues({ length: 2 }),
+    () => new TextDecoder().decode(new DataView(new ArrayBuffer(2))),
+    () => new TextDecoder().decode({ length: 2, 0: 1 }),
+    () => performance.now.call(null),
+    () => print(Symbol("s")),
+    () => printErr({ toString() { throw new Error("its own"); } }),
+    () => setTimeout(() => {}, Symbol("s")),
+    () => read({ toString() { return "/etc/passwd"; } }),
+    () => readbuffer("/pyodide/pyodide.asm.wasm").byteLength.x.y,
+  ];
+  let errors = 0, harness = 0;
+  const check = (error) => { errors++; if (foreign(error)) harness++; };
+  for (const call of calls) try { call(); } catch (error) { check(error); }
+  // At every depth down to the stack's limit, a call into the harness:
+  // some of them overflow inside the harness's code.
+  const deep = (n) => {
+    try { deep(n + 1); } catch (error) { if (foreign(error)) harness++; }
+    try { crypto.getRandomValues(new Uint8Array(1)); performance.now(); new TextDecoder().decode(new Uint8Array(1)); }
+    catch (error) { if (foreign(error)) harness++; }
+  };
+  deep(0);
+  return `${errors > 6 ? "refused" : "refused only " + errors}, ${harness} errors of the harness`;
+})()"""))
+"#,
+    );
+    let outcome = run(Py, &code).await;
+    assert_ran(&outcome, 0, "refused, 0 errors of the harness\n");
+}
+
+/// `import()` from code compiled any way in the realm (Function,
+/// AsyncFunction, eval direct and indirect, a timer, `import.source`)
+/// never reaches Deno's module loader, which would load a module of the
+/// harness's realm and hand over its namespace.
+#[tokio::test]
+async fn no_dynamic_import_reaches_a_module_loader() {
+    let code = with_foreign(
+        r#"
+print(await js.eval("""(async () => {
+  const ways = [
+    () => new Function("return import('node:fs')")(),
+    () => (async function () {}).constructor("return import('node:fs')")(),
+    () => (0, eval)("import('node:fs')"),
+    () => eval("import('node:fs')"),
+    () => new Function("return eval(`import('node:vm')`)")(),
+    () => new Promise((resolve) => setTimeout(() => resolve(new Function("return import('node:process')")()), 0)),
+    () => eval("import.source('node:fs')"),
+    () => eval("import('data:text/javascript,export default 1')"),
+  ];
+  const seen = new Set();
+  for (const way of ways) {
+    try { const ns = await way(); seen.add(foreign(ns) || foreign(ns?.default) ? "a namespace of the harness" : "a module of its own"); }
+    catch (error) { seen.add(foreign(error) ? "an error of the harness" : "refused"); }
+  }
+  return [...seen].sort().join(", ");
+})()"""))
+"#,
+    );
+    let outcome = run(Py, &code).await;
+    let stdout = outcome.stdout.trim_end();
+    assert!(!stdout.contains("harness"), "{outcome:#?}");
+    if in_sessions() {
+        // A session's Worker has Deno's loader, with its own realm's modules.
+        assert_eq!(outcome.exit_code, Some(0), "{outcome:#?}");
+    } else {
+        assert_ran(&outcome, 0, "refused\n");
+    }
+}
+
+/// A job that leaves work V8 will finish later (a chain of wasm
+/// compilations, each resolving into the next) holds its realm, which V8
+/// then cannot free: the child is not reused, so none of that work runs
+/// in the next job's time. A harness that reported this child clean
+/// would give the next job the same child.
+#[tokio::test]
+async fn a_realm_with_work_pending_gets_its_child_replaced() {
+    let runner = lane_runner().await;
+    let lane = "realms-pending";
+    let warm = run_in(&runner, lane, spec(Py, "print(1)")).await;
+    assert_ran(&warm.outcome, 0, "1\n");
+    let code = r#"
+import js
+js.eval("""(() => {
+  let n = 0;
+  const leb = (x) => { const out = []; do { let b = x & 0x7f; x >>>= 7; if (x) b |= 0x80; out.push(b); } while (x); return out; };
+  const section = (id, bytes) => [id, ...leb(bytes.length), ...bytes];
+  // Each module is new (a custom section counts), so none comes from V8's cache.
+  const module = (tag) => {
+    const funcs = 2000, code = [];
+    for (let i = 0; i < funcs; i++) code.push(3, 0, 0x01, 0x0b);
+    return new Uint8Array([0, 0x61, 0x73, 0x6d, 1, 0, 0, 0, ...section(0, [1, 116, ...leb(tag)]),
+      ...section(1, [1, 0x60, 0, 0]), ...section(3, [...leb(funcs), ...new Array(funcs).fill(0)]),
+      ...section(10, [...leb(funcs), ...code])]);
+  };
+  const again = () => WebAssembly.compile(module(n++)).then(again);
+  again();
+})()""")
+print("left compiles pending")
+"#;
+    let left = run_in(&runner, lane, spec(Py, code)).await;
+    assert_ran(&left.outcome, 0, "left compiles pending\n");
+    honest_after(&runner, lane, Some(false)).await;
+}
+
+/// Timers, tasks, finalizers and waiters a job leaves behind never write
+/// into the next job of its lane: the realm's timers are the harness's,
+/// cleared when the job ends, and its `print` is dead from then on. Each
+/// writes with the realm's own `print`, the path a bare realm has.
+#[tokio::test]
+async fn a_jobs_leftovers_never_write_into_the_next() {
+    let runner = lane_runner().await;
+    let lane = "realms-leftovers";
+    let code = r#"
+import asyncio, js
+js.setTimeout(js.Function("print('LATE from a timer')"), 150)
+js.eval("setTimeout(function again() { print('LATE again'); setTimeout(again, 40); }, 100)")
+js.eval("Promise.resolve().then(() => setTimeout(() => printErr('LATE on stderr'), 200))")
+js.eval("globalThis.registry = new FinalizationRegistry(() => print('LATE from a finalizer'))")
+# Targets the realm keeps: they die with it, and the registry with them.
+js.eval("globalThis.targets = []; for (let i = 0; i < 1000; i++) registry.register(targets[i] = {}, i)")
+if js.eval("typeof Atomics.waitAsync") == "function":
+    js.eval("Atomics.waitAsync(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 250).value.then(() => print('LATE from a waiter'))")
+async def later():
+    await asyncio.sleep(0.3)
+    print("LATE from a task")
+asyncio.ensure_future(later())
+print("left them")
+"#;
+    let left = run_in(&runner, lane, spec(Py, code)).await;
+    // What fires before the job has ended is its own output.
+    assert_eq!((left.outcome.status, left.outcome.exit_code), (Status::Completed, Some(0)), "{left:#?}");
+    assert!(left.outcome.stdout.starts_with("left them\n"), "{left:#?}");
+    honest_after(&runner, lane, Some(true)).await;
+}
+
+/// A program that makes Pyodide give up (a fatal error: nothing is left
+/// to wait for, and nothing will answer) ends with status 1 and Pyodide's
+/// message; in a lane, the next job runs exactly as it should.
+#[tokio::test]
+async fn a_stalled_pyodide_ends_with_status_1() {
+    let code = "import ctypes\nprint('before', flush=True)\nctypes.string_at(0xffffffff, 10)\nprint('after')";
+    let outcome = run(Py, code).await;
+    assert_stalled(&outcome, "before\n");
+    assert!(outcome.stderr.contains("Pyodide has suffered a fatal error"), "{outcome:#?}");
+
+    let runner = lane_runner().await;
+    let lane = "realms-stalled";
+    let stalled = run_in(&runner, lane, spec(Py, code)).await;
+    assert_stalled(&stalled.outcome, "before\n");
+    honest_after(&runner, lane, None).await;
+    // A program that waits on a promise nothing will settle stalls too.
+    let waits = "import js\nprint('waiting', flush=True)\nawait js.Promise.new(lambda resolve, reject: None)";
+    let waited = run_in(&runner, lane, spec(Py, waits)).await;
+    assert_ran(&waited.outcome, 1, "waiting\n");
+    honest_after(&runner, lane, None).await;
+}
+
+/// Ended with status 1 after printing `first` (Pyodide's fatal error
+/// handler then prints the Python stack on stdout), and went no further.
+#[track_caller]
+fn assert_stalled(outcome: &Outcome, first: &str) {
+    assert_eq!((outcome.status, outcome.exit_code, outcome.signal), (Status::Completed, Some(1), None), "{outcome:#?}");
+    assert!(outcome.stdout.starts_with(first) && !outcome.stdout.contains("after"), "{outcome:#?}");
+}
+
+/// One job's data does not reach the next job's heap: each realm's wasm
+/// memory is new, and the snapshot is copied into it, never shared. The
+/// scan finds the marker in the heap of the job that wrote it.
+#[tokio::test]
+async fn one_jobs_data_never_reaches_the_next_jobs_heap() {
+    let runner = lane_runner().await;
+    let lane = "realms-heap";
+    // The marker is never written whole in a program's source.
+    let fill = "marker = (b'LEFT-' + b'Q7Z9' * 4) * (1 << 18)\nkeep = [bytearray(marker) for _ in range(8)]\n";
+    let left = run_in(&runner, lane, spec(Py, &format!("{fill}{HEAP_SCAN}"))).await;
+    assert_ran(&left.outcome, 0, "scanned, found some\n");
+    let scanned = run_in(&runner, lane, spec(Py, HEAP_SCAN)).await;
+    assert_ran(&scanned.outcome, 0, "scanned, found none\n");
+}
+
+/// Python that scans the job's wasm heap for the marker "LEFT-Q7Z9".
+const HEAP_SCAN: &str = r#"
+import js, pyodide_js
+js.probe_module = pyodide_js._module
+print(js.eval("""(() => {
+  const heap = probe_module.HEAPU8;
+  const marker = [..."9Z7Q-TFEL"].reverse().map((c) => c.charCodeAt(0));
+  let found = 0;
+  scan: for (let i = 0; i + marker.length <= heap.length && found < 10; i++) {
+    if (heap[i] !== marker[0]) continue;
+    for (let j = 1; j < marker.length; j++) if (heap[i + j] !== marker[j]) continue scan;
+    found++;
+  }
+  return `${heap.length > (8 << 20) ? "scanned" : "scanned only " + heap.length}, found ${found ? "some" : "none"}`;
+})()"""))
+"#;
