@@ -120,7 +120,8 @@ export async function prepareRealms(dir, snapshotPath, realmSource) {
     header: snapshot.slice(0, headerLength),
     image: snapshot.subarray(headerLength),
     size: snapshotPath ? snapshot.length : 0,
-    pages: nonZeroPages(snapshot.subarray(headerLength)),
+    // Found by the first realm's restore (see `sparseCopy`).
+    pages: null,
   };
 }
 
@@ -149,21 +150,27 @@ function dylinkStub(module) {
 
 const PAGE = 4096;
 
-/** The [start, end) byte ranges of `image` that are not all zero, in whole pages. */
-function nonZeroPages(image) {
-  const words = new Uint32Array(image.buffer, image.byteOffset, Math.floor(image.length / 4));
+/**
+ * The [start, end) byte ranges, in whole pages, that restoring `image`
+ * into `heap`, the memory of a freshly instantiated module, must copy:
+ * every page that is not zero in both. A page the image has all zero is
+ * skipped only if instantiation left it zero too (its data segments
+ * could have written it); every instance of one module starts alike, so
+ * the first realm's answer serves every later one.
+ */
+function sparseCopy(image, heap) {
+  const isZero = (bytes, from, to) => {
+    for (let i = from; i < to; i++) if (bytes[i] !== 0) return false;
+    return true;
+  };
   const ranges = [];
   for (let page = 0; page * PAGE < image.length; page++) {
-    const from = (page * PAGE) / 4;
-    const to = Math.min(from + PAGE / 4, words.length);
-    let zero = (page + 1) * PAGE <= words.length * 4;
-    for (let i = from; zero && i < to; i++) zero = words[i] === 0;
-    if (zero) continue;
-    const start = page * PAGE;
-    const end = Math.min(start + PAGE, image.length);
+    const from = page * PAGE;
+    const to = Math.min(from + PAGE, image.length);
+    if (isZero(image, from, to) && isZero(heap, from, to)) continue;
     const last = ranges[ranges.length - 1];
-    if (last && last[1] === start) last[1] = end;
-    else ranges.push([start, end]);
+    if (last && last[1] === from) last[1] = to;
+    else ranges.push([from, to]);
   }
   return ranges;
 }
@@ -220,7 +227,9 @@ export class PythonRealm {
       restoreMemory: (buffer) => {
         if (!isArrayBuffer(buffer)) throw new TypeError("not a buffer");
         const heap = new Uint8Array(buffer);
-        // Fresh wasm memory is zero: only the image's other pages are copied.
+        // Fresh wasm memory is zero but for what instantiation wrote: only
+        // the image's other pages are copied (see `sparseCopy`).
+        assets.pages ??= sparseCopy(assets.image, heap);
         for (const [start, end] of assets.pages) heap.set(assets.image.subarray(start, end), start);
       },
     };

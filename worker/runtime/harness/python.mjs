@@ -225,9 +225,7 @@ async function serveShared() {
     // realm V8 could not free still has something of the job's pending.
     const retired = realm;
     realm = null;
-    collectGarbage();
-    await new Promise((resolve) => setTimeout(resolve, 0));
-    const gone = retired.isGone();
+    const gone = await collected(retired);
     if (frame.return_files) {
       const { files: kept, truncated } = filesOf(files, frame.return_files);
       channel.report({ kind: "files", files: kept, truncated });
@@ -237,6 +235,22 @@ async function serveShared() {
     // The next job's realm is built now, between jobs.
     next = await newRealm(assets);
   }
+}
+
+/**
+ * Whether V8 has freed `realm`, retired and no longer referenced: one
+ * major collection usually does; a second is tried before the child is
+ * given up (a probe once saw a clean job's child replaced after one, on a
+ * loaded machine). A WeakRef reads its target as alive until the turn
+ * after a collection, hence the wait.
+ */
+async function collected(realm) {
+  for (let attempt = 0; attempt < 2; attempt++) {
+    collectGarbage();
+    await new Promise((resolve) => setTimeout(resolve, 0));
+    if (realm.isGone()) return true;
+  }
+  return false;
 }
 
 async function serveSession() {
