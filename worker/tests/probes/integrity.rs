@@ -12,8 +12,8 @@
 
 use std::time::{Duration, Instant};
 
-use runbox_common::{JobSpec, Language, Outcome, ReturnFiles, SessionOp, SessionTask, Status, Verdict};
-use runbox_worker::sandbox::{Replayed, Restore, RunReport, Runner, SessionChild};
+use runbox_common::{JobSpec, Language, ReturnFiles, SessionOp, SessionTask, Status, Verdict};
+use runbox_worker::sandbox::{Replayed, Restore, SessionChild};
 use tokio_util::sync::CancellationToken;
 
 use crate::util::*;
@@ -56,21 +56,6 @@ async fn isolated(test: &str) -> bool {
         output.status
     );
     false
-}
-
-#[track_caller]
-fn assert_ran(outcome: &Outcome, exit_code: i32, stdout: &str) {
-    let ran = (outcome.status, outcome.exit_code, outcome.signal, outcome.stdout.as_str());
-    assert_eq!(ran, (Status::Completed, Some(exit_code), None, stdout), "{outcome:#?}");
-}
-
-async fn lane_runner() -> Runner {
-    runner_with(limits(), &std::env::temp_dir()).await
-}
-
-async fn run_in(runner: &Runner, lane: &str, spec: JobSpec) -> RunReport {
-    let job = JobSpec { shared_lane: Some(lane.to_owned()), ..spec };
-    runner.run(&job, &CancellationToken::new()).await
 }
 
 fn expecting(language: Language, code: &str, expected: &str) -> JobSpec {

@@ -15,8 +15,7 @@
 //! its own, where every object is the job's: the same checks hold there.
 
 use runbox_common::{JobSpec, Outcome, Status, Verdict};
-use runbox_worker::sandbox::{RunReport, Runner};
-use tokio_util::sync::CancellationToken;
+use runbox_worker::sandbox::Runner;
 
 use crate::util::*;
 
@@ -39,21 +38,6 @@ js.eval("""globalThis.foreign = (value) => {
 
 fn with_foreign(code: &str) -> String {
     format!("{FOREIGN}{code}")
-}
-
-#[track_caller]
-fn assert_ran(outcome: &Outcome, exit_code: i32, stdout: &str) {
-    let ran = (outcome.status, outcome.exit_code, outcome.signal, outcome.stdout.as_str());
-    assert_eq!(ran, (Status::Completed, Some(exit_code), None, stdout), "{outcome:#?}");
-}
-
-async fn lane_runner() -> Runner {
-    runner_with(limits(), &std::env::temp_dir()).await
-}
-
-async fn run_in(runner: &Runner, lane: &str, spec: JobSpec) -> RunReport {
-    let job = JobSpec { shared_lane: Some(lane.to_owned()), ..spec };
-    runner.run(&job, &CancellationToken::new()).await
 }
 
 /// The honest job that follows an attack in its lane: exactly its own

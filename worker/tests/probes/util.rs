@@ -323,3 +323,21 @@ pub fn assert_fails_with_any(outcome: &Outcome, needles: &[&str]) {
         "stderr lacks all of {needles:?}: {outcome:#?}"
     );
 }
+
+/// Asserts that the program ended on its own with `exit_code` and exactly `stdout`.
+#[track_caller]
+pub fn assert_ran(outcome: &Outcome, exit_code: i32, stdout: &str) {
+    let ran = (outcome.status, outcome.exit_code, outcome.signal, outcome.stdout.as_str());
+    assert_eq!(ran, (Status::Completed, Some(exit_code), None, stdout), "{outcome:#?}");
+}
+
+/// A runner for probes that run jobs in shared lanes of their own ([`run_in`]).
+pub async fn lane_runner() -> Runner {
+    runner_with(limits(), &std::env::temp_dir()).await
+}
+
+/// Runs `spec` in shared lane `lane` of `runner`, whatever the probe mode.
+pub async fn run_in(runner: &Runner, lane: &str, spec: JobSpec) -> runbox_worker::sandbox::RunReport {
+    let job = JobSpec { shared_lane: Some(lane.to_owned()), ..spec };
+    runner.run(&job, &CancellationToken::new()).await
+}
