@@ -144,7 +144,6 @@
 
   // Added to the exit status the runner returns when the program ended on a MemoryError.
   const MEMORY_FLAG = 0x100;
-  const PACKAGES_ZIP = "/lib/packages.zip";
   const memories = [];
   let instance = null;
 
@@ -172,9 +171,10 @@
    * Builds the instance: Pyodide's own loader, in shell mode, with its
    * wasm instantiated by the harness from the shared module, and its
    * memory image put in place by the harness (`header` is the snapshot's
-   * header and JSON, which Pyodide reads; `size` the whole snapshot's).
+   * header and JSON, which Pyodide reads; `size` the whole snapshot's;
+   * `packagesZip` where the runtime's packages go, on sys.path).
    */
-  async function boot({ memoryMb, lock, header, size, runner }) {
+  async function boot({ memoryMb, lock, header, size, runner, packagesZip }) {
     capWasmMemory(memoryMb);
     const wasm = WebAssembly;
     const original = wasm.instantiate;
@@ -207,7 +207,7 @@
       delete realm.loadPyodide;
     }
     pyodide._api.config._loadSnapshot = undefined;
-    pyodide.FS.writeFile(PACKAGES_ZIP, fileBytes("packages.zip"));
+    pyodide.FS.writeFile(packagesZip, fileBytes("packages.zip"));
     const sink = (fd) => ({
       write(bytes) {
         write(fd, bytes);
@@ -218,7 +218,7 @@
     pyodide.setStderr(sink(2));
     // Plain exec, not runPython: Pyodide's eval_code parses the source with
     // `ast` first, and the instance's first call after it ran markedly slower.
-    const globals = pyodide.toPy({ PACKAGES_ZIP, MEMORY_FLAG });
+    const globals = pyodide.toPy({ PACKAGES_ZIP: packagesZip, MEMORY_FLAG });
     pyodide.pyimport("builtins").exec(runner, globals);
     instance = { pyodide, runMain: globals.get("run_main") };
   }

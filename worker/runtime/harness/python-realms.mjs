@@ -20,6 +20,7 @@
 import v8 from "node:v8";
 import vm from "node:vm";
 
+import { PACKAGES_ZIP, readPackages } from "./pyodide.mjs";
 import { writeAll } from "./protocol.mjs";
 
 const apply = Reflect.apply;
@@ -94,13 +95,6 @@ export async function prepareRealms(dir, snapshotPath, realmSource) {
   // Without a snapshot (setup not run), Pyodide boots from scratch in every realm.
   const snapshot = snapshotPath ? Deno.readFileSync(snapshotPath) : new Uint8Array(8);
   const headerLength = snapshotPath ? new DataView(snapshot.buffer, snapshot.byteOffset).getUint32(4, true) : 8;
-  const packages = (() => {
-    try {
-      return read("packages.zip");
-    } catch {
-      return new Uint8Array(0);
-    }
-  })();
   return {
     module,
     scripts: [
@@ -114,7 +108,7 @@ export async function prepareRealms(dir, snapshotPath, realmSource) {
       ["/pyodide/pyodide.asm.wasm", new Uint8Array(8)],
       ["/pyodide/python_stdlib.zip", read("python_stdlib.zip")],
       ["dylink.wasm", dylinkStub(module)],
-      ["packages.zip", packages],
+      ["packages.zip", readPackages(dir) ?? new Uint8Array(0)],
     ]),
     lock: decoder.decode(read("pyodide-lock.json")),
     header: snapshot.slice(0, headerLength),
@@ -238,7 +232,14 @@ export class PythonRealm {
     this.#api = { run: made.run, fireTimer: made.fireTimer };
     for (const script of pyodideScripts) script.runInContext(context);
     // No program has run in this realm yet, so its promise is Pyodide's own.
-    await made.boot({ memoryMb, lock: assets.lock, header: assets.header, size: assets.size, runner });
+    await made.boot({
+      memoryMb,
+      lock: assets.lock,
+      header: assets.header,
+      size: assets.size,
+      runner,
+      packagesZip: PACKAGES_ZIP,
+    });
   }
 
   /**
