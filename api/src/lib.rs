@@ -10,7 +10,8 @@
 //! - `batches`: the `/v1/batches` handlers: many jobs as one.
 //! - `sessions`: the `/v1/sessions` handlers: state that lasts across execs.
 //! - `mcp`: `/mcp`, the same jobs as Model Context Protocol tools.
-//! - `compat`: Judge0- and Piston-compatible APIs, translated into jobs.
+//! - `compat`: Judge0-, Piston- and SandboxFusion-compatible APIs, translated
+//!   into jobs and sessions.
 //! - `callbacks`: signed delivery of finished jobs and batches to `callback_url`.
 //! - `addresses`: which IP addresses are public, for anything the api
 //!   connects to on a user's behalf.
@@ -121,12 +122,12 @@ pub fn app(state: AppState) -> Router {
         .route("/readyz", get(readyz))
         .route("/openapi.json", get(openapi::serve))
         .fallback(|method: Method, uri: Uri| async move {
-            ApiError::NoRoute(format!("{method} {}", compat::piston::redacted_path(uri.path())))
+            ApiError::NoRoute(format!("{method} {}", compat::redacted_path(uri.path())))
         })
         .method_not_allowed_fallback(|method: Method| async move { ApiError::MethodNotAllowed(method.to_string()) })
         .layer(tower_http::trace::TraceLayer::new_for_http().make_span_with(|request: &axum::http::Request<_>| {
-            // A Piston path carries a token: only its redacted form is recorded.
-            let path = compat::piston::redacted_path(request.uri().path());
+            // A Piston or SandboxFusion path carries a token: only its redacted form is recorded.
+            let path = compat::redacted_path(request.uri().path());
             tracing::info_span!("request", method = %request.method(), path = %path, caller = tracing::field::Empty)
         }))
         .with_state(state)

@@ -424,8 +424,48 @@ pub(crate) async fn exec_in(
     state: &AppState,
     caller: &Caller,
     id: &str,
-    mut fields: Map<String, Value>,
+    fields: Map<String, Value>,
 ) -> Result<Executed, ApiError> {
+    let Ran { job, record, session, restored } = run_exec(state, caller, id, fields).await?;
+    let Some(record) = record else {
+        return Ok(Executed::Pending(job));
+    };
+    let after = owned(state, caller, id).await?;
+    let restored =
+        restored.or_else(|| after.restored_from.clone().filter(|r| session.restored_from.as_ref() != Some(r)));
+    let session = ExecSession { id: id.to_owned(), status: after.status, restored_from: restored };
+    Ok(Executed::Done(Box::new(ExecView { job: JobView::from(record), session })))
+}
+
+/// Runs an exec in session `id` as [`exec_in`] does, and answers with its
+/// job record, for an adapter that builds its own answer from it
+/// (SandboxFusion's `run_jupyter`). None: still running past its timeout
+/// plus a margin.
+pub(crate) async fn exec_record(
+    state: &AppState,
+    caller: &Caller,
+    id: &str,
+    fields: Map<String, Value>,
+) -> Result<Option<JobRecord>, ApiError> {
+    Ok(run_exec(state, caller, id, fields).await?.record)
+}
+
+/// An exec sent and waited for: its job, its record unless it is still
+/// running, the session as it was before, and the checkpoint it was
+/// restored from on the way, if it was.
+struct Ran {
+    job: String,
+    record: Option<JobRecord>,
+    session: SessionRecord,
+    restored: Option<String>,
+}
+
+async fn run_exec(
+    state: &AppState,
+    caller: &Caller,
+    id: &str,
+    mut fields: Map<String, Value>,
+) -> Result<Ran, ApiError> {
     allow_only(&fields, EXEC_FIELDS)?;
     let (session, restored) = ready(state, caller, id).await?;
     fields.insert("language".into(), Value::String(session.language.as_str().into()));
@@ -440,14 +480,8 @@ pub(crate) async fn exec_in(
     spec.session = Some(SessionTask { id: id.to_owned(), op: SessionOp::Exec });
     let worker = session.worker.clone().unwrap_or_default();
     let job = send(state, caller, &session, &worker, &spec, true).await?;
-    let Some(record) = wait_on_worker(state, &job, &worker, timeout + EXEC_MARGIN).await? else {
-        return Ok(Executed::Pending(job));
-    };
-    let after = owned(state, caller, id).await?;
-    let restored =
-        restored.or_else(|| after.restored_from.clone().filter(|r| session.restored_from.as_ref() != Some(r)));
-    let session = ExecSession { id: id.to_owned(), status: after.status, restored_from: restored };
-    Ok(Executed::Done(Box::new(ExecView { job: JobView::from(record), session })))
+    let record = wait_on_worker(state, &job, &worker, timeout + EXEC_MARGIN).await?;
+    Ok(Ran { job, record, session, restored })
 }
 
 /// Takes a checkpoint of session `id` and returns what was stored.

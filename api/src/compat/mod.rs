@@ -3,14 +3,21 @@
 //!
 //! - `judge0`: Judge0 CE 1.13.1, under `/judge0`.
 //! - `piston`: Piston v2, under `/piston/{token}`.
+//! - `sandbox_fusion`: SandboxFusion's `run_code` and `run_jupyter`, under
+//!   `/sandbox-fusion/{token}`.
 //!
 //! Each only translates: a request becomes native job fields, checked,
 //! signed and queued by the functions `POST /v1/jobs` uses, and an answer
 //! is built from the job record. Each maps errors to its API's shapes in
-//! one adapter (`Judge0Error`, `PistonError`) over [`crate::ApiError`].
+//! one adapter (`Judge0Error`, `PistonError`, `FusionError`) over
+//! [`crate::ApiError`]. Piston and SandboxFusion carry the token in the
+//! path, so [`redacted_path`] is the only form of a path that is logged.
 
 pub mod judge0;
 pub mod piston;
+pub mod sandbox_fusion;
+
+use std::borrow::Cow;
 
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
@@ -18,13 +25,23 @@ use runbox_common::JobRecord;
 
 use crate::AppState;
 
-/// Both APIs' routes, each with its own token check.
+/// Every compatible API's routes, each with its own token check.
 pub fn router(state: &AppState) -> Router<AppState> {
     let limits = &state.config.limits;
     // A Judge0 batch carries up to 20 submissions in one body.
     let judge0 = judge0::router(state).layer(DefaultBodyLimit::max(limits.max_batch_bytes));
     let piston = piston::router(state).layer(DefaultBodyLimit::max(limits.max_body_bytes()));
-    Router::new().nest("/judge0", judge0).merge(piston)
+    let sandbox_fusion = sandbox_fusion::router(state).layer(DefaultBodyLimit::max(limits.max_body_bytes()));
+    Router::new().nest("/judge0", judge0).merge(piston).merge(sandbox_fusion)
+}
+
+/// The path as it may be logged or shown: a token in the path (Piston's,
+/// SandboxFusion's) replaced by `***`.
+pub fn redacted_path(path: &str) -> Cow<'_, str> {
+    match piston::redacted_path(path) {
+        Cow::Borrowed(path) => sandbox_fusion::redacted_path(path),
+        redacted => redacted,
+    }
 }
 
 /// The body of a finished job's callback when a compatible API submitted
