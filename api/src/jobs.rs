@@ -50,6 +50,12 @@ pub struct JobView {
     /// The job ran in one of its owner's long-lived children that had
     /// already run another of the owner's jobs (false until it has run).
     warm: bool,
+    /// CPU time (user + system) the job used, in milliseconds, measured by
+    /// runbox (null until it has run, or where nothing ran).
+    cpu_ms: Option<u64>,
+    /// The job's peak memory in bytes, measured by runbox; what each lane
+    /// counts is in the README.
+    peak_memory_bytes: Option<u64>,
     created_at: Option<String>,
     started_at: Option<String>,
     finished_at: Option<String>,
@@ -74,6 +80,8 @@ impl From<JobRecord> for JobView {
             files: outcome.as_ref().map(|o| o.files.clone()).unwrap_or_default(),
             files_truncated: outcome.as_ref().is_some_and(|o| o.files_truncated),
             warm: outcome.as_ref().is_some_and(|o| o.warm),
+            cpu_ms: outcome.as_ref().and_then(|o| o.cpu_ms),
+            peak_memory_bytes: outcome.as_ref().and_then(|o| o.peak_memory_bytes),
             created_at: record.created_at,
             started_at: record.started_at,
             finished_at: record.finished_at,

@@ -556,6 +556,8 @@ mod tests {
                 files: Vec::new(),
                 files_truncated: false,
                 warm: false,
+                cpu_ms: None,
+                peak_memory_bytes: None,
             }),
             timings: Timings::default(),
         }

@@ -418,6 +418,15 @@ pub struct Outcome {
     /// of its owner; false in a child that had run none.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub warm: bool,
+    /// CPU time (user + system) the job used, in milliseconds, as the
+    /// kernel counted it for the job's child; never reported by the
+    /// program. None where nothing ran (rejected, cancelled in the queue).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_ms: Option<u64>,
+    /// The job's peak memory in bytes, measured by runbox (what each lane
+    /// counts is in the README); None where nothing ran.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peak_memory_bytes: Option<u64>,
 }
 
 impl Outcome {
@@ -450,6 +459,8 @@ impl Outcome {
             files: Vec::new(),
             files_truncated: false,
             warm: false,
+            cpu_ms: None,
+            peak_memory_bytes: None,
         }
     }
 }
@@ -540,5 +551,17 @@ mod tests {
         let spec: JobSpec = serde_json::from_str(r#"{"language":"py","code":"1"}"#).expect("parses");
         assert!(spec.return_files.is_none());
         assert!(!serde_json::to_string(&spec).expect("serializes").contains("return_files"));
+    }
+
+    #[test]
+    fn results_without_resource_fields_still_parse() {
+        let old = r#"{"status":"completed","exit_code":0,"stdout":"","stderr":"","stdout_truncated":false,
+            "stderr_truncated":false,"duration_ms":3}"#;
+        let outcome: Outcome = serde_json::from_str(old).expect("an older result parses");
+        assert_eq!((outcome.cpu_ms, outcome.peak_memory_bytes), (None, None));
+        let measured = Outcome { cpu_ms: Some(12), peak_memory_bytes: Some(4096), ..outcome.clone() };
+        let json = serde_json::to_string(&measured).expect("serializes");
+        assert!(json.contains(r#""cpu_ms":12"#) && json.contains(r#""peak_memory_bytes":4096"#), "{json}");
+        assert!(!serde_json::to_string(&outcome).expect("serializes").contains("cpu_ms"));
     }
 }

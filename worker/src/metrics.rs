@@ -1,11 +1,45 @@
 //! Every metric the worker exports, declared in one place. Labels are
-//! bounded: language and status only, never an id.
+//! bounded: language, status and lane only, never an id.
 
 use prometheus::{Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, Opts};
-use runbox_common::MetricsRegistry;
+use runbox_common::{Language, MetricsRegistry, Outcome};
 
 /// Latency buckets in seconds, from a warm JS job to the longest timeout.
 const BUCKETS: [f64; 14] = [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0];
+
+/// Memory buckets in bytes, 1 MiB to 4 GiB by powers of two: a JS job in
+/// a long-lived child uses a few MiB, a single-use Python child's whole
+/// process a few hundred.
+const MEMORY_BUCKETS: [f64; 13] = {
+    let mut buckets = [0.0; 13];
+    let mut i = 0;
+    while i < buckets.len() {
+        buckets[i] = (1u64 << (20 + i)) as f64;
+        i += 1;
+    }
+    buckets
+};
+
+/// Where a job ran, as the `lane` label says it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lane {
+    /// A child of its own, which ran it and nothing else.
+    SingleUse,
+    /// One of its owner's long-lived children.
+    Shared,
+    /// A session's child.
+    Session,
+}
+
+impl Lane {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Lane::SingleUse => "single_use",
+            Lane::Shared => "shared",
+            Lane::Session => "session",
+        }
+    }
+}
 
 pub struct Metrics {
     registry: MetricsRegistry,
@@ -22,6 +56,12 @@ pub struct Metrics {
     /// Jobs that ran in a long-lived child that had already run a job of
     /// their owner, by language.
     pub warm_jobs: IntCounterVec,
+    /// CPU time (user + system) each job used, as runbox measured it, by
+    /// language and lane.
+    pub cpu: HistogramVec,
+    /// Each job's peak memory, as runbox measured it (what each lane
+    /// counts differs: see the README), by language and lane.
+    pub peak_memory: HistogramVec,
     /// Job slots currently running a job.
     pub busy_slots: IntGauge,
     /// Jobs refused because their signature did not verify.
@@ -69,6 +109,16 @@ impl Metrics {
                 ),
                 &["language"],
             )),
+            cpu: r.add(HistogramVec::new(
+                HistogramOpts::new("cpu_seconds", "CPU time (user + system) each job used, as runbox measured it.")
+                    .buckets(buckets()),
+                &["language", "lane"],
+            )),
+            peak_memory: r.add(HistogramVec::new(
+                HistogramOpts::new("peak_memory_bytes", "Each job's peak memory, as runbox measured it.")
+                    .buckets(MEMORY_BUCKETS.to_vec()),
+                &["language", "lane"],
+            )),
             busy_slots: r.add(IntGauge::new("busy_slots", "Job slots currently running a job.")),
             rejected_signatures: r.add(IntCounter::new(
                 "rejected_signatures_total",
@@ -79,6 +129,18 @@ impl Metrics {
             redis_errors: r
                 .add(IntCounter::new("redis_errors_total", "Redis operations that failed (each is retried).")),
             registry: r,
+        }
+    }
+
+    /// Records what `outcome` measured of its job's CPU and memory, where
+    /// it measured anything (nothing ran for a rejected job, say).
+    pub fn observe_usage(&self, language: Language, lane: Lane, outcome: &Outcome) {
+        let labels = [language.as_str(), lane.as_str()];
+        if let Some(ms) = outcome.cpu_ms {
+            self.cpu.with_label_values(&labels).observe(ms as f64 / 1000.0);
+        }
+        if let Some(bytes) = outcome.peak_memory_bytes {
+            self.peak_memory.with_label_values(&labels).observe(bytes as f64);
         }
     }
 

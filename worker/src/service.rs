@@ -266,6 +266,11 @@ impl Worker {
             if ran.outcome.warm {
                 self.metrics.warm_jobs.with_label_values(&language).inc();
             }
+            let lane = match crate::sandbox::SharedLane::takes(&spec) {
+                Some(_) => crate::metrics::Lane::Shared,
+                None => crate::metrics::Lane::SingleUse,
+            };
+            self.metrics.observe_usage(spec.language, lane, &ran.outcome);
         }
         ran
     }

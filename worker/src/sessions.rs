@@ -221,6 +221,7 @@ impl Worker {
         self.running.lock().unwrap_or_else(|p| p.into_inner()).insert(claimed.id.clone(), job);
         self.metrics.busy_slots.inc();
         let (mut outcome, alive) = s.child.exec(spec, self.runner.sandbox(), &cancel).await;
+        self.metrics.observe_usage(spec.language, crate::metrics::Lane::Session, &outcome);
         self.metrics.busy_slots.dec();
         self.running.lock().unwrap_or_else(|p| p.into_inner()).remove(&claimed.id);
         let ended_ms = now_unix_ms();

@@ -505,9 +505,11 @@ fn submission(record: &JobRecord, note: Option<&Note>, base64: bool) -> Map<Stri
     put("status_id", json!(status.id()));
     put("created_at", timestamp(record.created_at.as_deref()));
     put("finished_at", timestamp(record.finished_at.as_deref()));
-    put("time", seconds(outcome.map(|o| o.duration_ms)));
-    // runbox does not measure a job's peak memory.
-    put("memory", Value::Null);
+    // Judge0's `time` is CPU time; a result stored before runbox measured
+    // it has only its wall time, which is given instead.
+    put("time", seconds(outcome.map(|o| o.cpu_ms.unwrap_or(o.duration_ms))));
+    // KB, as Judge0 reports it: runbox's measured peak (see the README).
+    put("memory", json!(outcome.and_then(|o| o.peak_memory_bytes).map(|bytes| bytes / 1024)));
     put("stderr", text(outcome.map(|o| o.stderr.as_str())));
     put("token", json!(record.id));
     put("number_of_runs", json!(1));
@@ -1019,6 +1021,8 @@ mod tests {
             verdict,
             stdout: "out\n".into(),
             duration_ms: 1234,
+            cpu_ms: Some(987),
+            peak_memory_bytes: Some(10 * 1024 * 1024),
             ..Outcome::internal_error("")
         });
         JobRecord {
@@ -1104,8 +1108,10 @@ mod tests {
         let picked = pick(all, &["stdout", "token", "time"]);
         assert_eq!(
             picked,
-            json!({"stdout": "out\n", "token": "2be15091-dfcd-44ac-8f1a-96a0833a61e1", "time": "1.234"})
+            json!({"stdout": "out\n", "token": "2be15091-dfcd-44ac-8f1a-96a0833a61e1", "time": "0.987"})
         );
+        let fields = submission(&record(Status::Completed, Some(0), None, None), None, false);
+        assert_eq!((&fields["wall_time"], &fields["memory"]), (&json!("1.234"), &json!(10240)));
     }
 
     #[test]

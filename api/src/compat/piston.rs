@@ -346,6 +346,9 @@ pub fn run_stage(record: &JobRecord) -> Result<Value, PistonError> {
         "message": message,
         "status": status,
         "wall_time": outcome.map(|o| o.duration_ms),
+        // Piston's run stage reports CPU time in ms and memory in bytes.
+        "cpu_time": outcome.and_then(|o| o.cpu_ms),
+        "memory": outcome.and_then(|o| o.peak_memory_bytes),
     }))
 }
 

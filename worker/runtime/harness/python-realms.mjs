@@ -37,6 +37,11 @@ const isArrayBuffer = (value) => {
   }
 };
 const decoder = new TextDecoder();
+// This realm's own getters: read through them, a job's memory answers
+// with what V8 holds for it, whatever the job did to its own realm.
+const memoryBuffer = Object.getOwnPropertyDescriptor(WebAssembly.Memory.prototype, "buffer").get;
+const bufferLength = Object.getOwnPropertyDescriptor(ArrayBuffer.prototype, "byteLength").get;
+const heapStatistics = v8.getHeapStatistics;
 const getRandomValues = crypto.getRandomValues.bind(crypto);
 // V8's full collection, taken from a context made while the flag that
 // exposes it is on; it is off again before any job's realm is made.
@@ -177,6 +182,8 @@ export class PythonRealm {
   #gone;
   #finish = null;
   #ended = () => {};
+  /** The instance's wasm memory, taken while it was built (see `memoryBytes`). */
+  #memory = null;
 
   /** Builds a realm from `assets` (see prepareRealms); `memoryMb` caps its wasm memory. */
   static async boot(assets, memoryMb, runner) {
@@ -217,7 +224,13 @@ export class PythonRealm {
         this.#timers.add(timer);
       },
       finish: (status, memoryError, files) => this.#settle(status, memoryError, files),
-      instantiate: (imports) => construct(Instance, [assets.module, imports]),
+      instantiate: (imports) => {
+        // Taken while the realm boots, before any program has run in it:
+        // the module imports its memory (env.memory), so this is the memory
+        // the instance uses. Only the first instance's is kept.
+        this.#memory ??= wasmMemoryOf(imports);
+        return construct(Instance, [assets.module, imports]);
+      },
       restoreMemory: (buffer) => {
         if (!isArrayBuffer(buffer)) throw new TypeError("not a buffer");
         const heap = new Uint8Array(buffer);
@@ -286,6 +299,20 @@ export class PythonRealm {
     finish?.(status, memoryError, files);
   }
 
+  /**
+   * Bytes of the instance's wasm memory, which holds the interpreter and
+   * every Python object: its peak, since wasm memory only grows. Read in
+   * this realm, through this realm's getters, from the memory taken at
+   * boot; nothing the job can reach takes part.
+   */
+  memoryBytes() {
+    try {
+      return apply(bufferLength, apply(memoryBuffer, this.#memory, []), []);
+    } catch {
+      return 0;
+    }
+  }
+
   /** Ends the realm's use: its host functions and timers stop, and it is no longer referenced. */
   retire() {
     this.#live = false;
@@ -298,6 +325,25 @@ export class PythonRealm {
   isGone() {
     return this.#gone.deref() === undefined;
   }
+}
+
+/**
+ * The wasm memory in `imports` (env.memory), checked to be one by this
+ * realm's getter, or null.
+ */
+function wasmMemoryOf(imports) {
+  try {
+    const memory = imports.env.memory;
+    apply(memoryBuffer, memory, []);
+    return memory;
+  } catch {
+    return null;
+  }
+}
+
+/** Bytes of V8 heap in use now, this realm's and every job realm's (one isolate). */
+export function heapInUse() {
+  return heapStatistics().used_heap_size;
 }
 
 /** A full collection of the process's heap. */

@@ -27,7 +27,7 @@
 //   (time.sleep, a long C call) is not interrupted, and the runner kills
 //   the child a little after the deadline instead.
 import { readAssets } from "./pyodide.mjs";
-import { collectGarbage, prepareRealms, PythonRealm } from "./python-realms.mjs";
+import { collectGarbage, heapInUse, prepareRealms, PythonRealm } from "./python-realms.mjs";
 import {
   awaitJob,
   Channel,
@@ -213,11 +213,21 @@ async function serveShared() {
     // The job's time, and the runner's count of its memory, start now.
     channel.report({ kind: "started" });
     fingerprint.begin();
+    const heapBefore = heapInUse();
     const { status, memoryError, files } = await realm.run(jobOf(frame));
+    // The job's memory, measured here, where it has no reference: its
+    // instance's wasm memory (its peak) and what the heap grew by while
+    // it ran (its realm's objects; not a peak, which V8 does not keep).
+    // Nothing the job sent takes part, so it cannot set this figure; the
+    // runner also takes the kernel's count, and reports the larger.
+    const memoryBytes = realm.memoryBytes() + Math.max(0, heapInUse() - heapBefore);
+    // The program has ended: the runner's count of its CPU stops here,
+    // before the harness collects its realm.
+    channel.report({ kind: "ran" });
     if (memoryError) {
       // Left as it is, so that the runner measures the memory it holds.
       endOutput(frame.nonce);
-      channel.report({ kind: "end", status, clean: false, memory: true });
+      channel.report({ kind: "end", status, clean: false, memory: true, memory_bytes: memoryBytes });
       return await new Promise(() => {});
     }
     realm.retire();
@@ -231,7 +241,7 @@ async function serveShared() {
       channel.report({ kind: "files", files: kept, truncated });
     }
     endOutput(frame.nonce);
-    channel.report({ kind: "end", status, clean: gone && fingerprint.isClean() });
+    channel.report({ kind: "end", status, clean: gone && fingerprint.isClean(), memory_bytes: memoryBytes });
     // The next job's realm is built now, between jobs.
     next = await newRealm(assets);
   }

@@ -86,6 +86,10 @@ pub enum Report {
     /// A job's Worker is up and takes it: its time, and the count of its
     /// memory, run from here.
     Started,
+    /// The program has ended; what follows until `end` is the harness's
+    /// own clean-up (collecting the job's realm), which the job's CPU time
+    /// leaves out.
+    Ran,
     /// The files a job asked back, before its `end`.
     Files { files: Vec<OutputFile>, truncated: bool },
     /// A session's checkpoint: `bytes` raw bytes follow.
@@ -108,6 +112,11 @@ pub enum Report {
         /// Why an open or a checkpoint failed.
         #[serde(default)]
         error: Option<String>,
+        /// What the harness measured of the job's own memory, where it can
+        /// (see `runtime/harness/python.mjs`); the runner takes the larger
+        /// of this and the kernel's count.
+        #[serde(default)]
+        memory_bytes: Option<u64>,
     },
 }
 
@@ -174,7 +183,10 @@ mod tests {
         let (report, bytes) = read(b"{\"kind\":\"checkpoint\",\"bytes\":3}\nabcrest", 10).await.expect("checkpoint");
         assert_eq!((report, bytes.as_slice()), (Report::Checkpoint { bytes: 3 }, &b"abc"[..]));
         let (report, _) = read(b"{\"kind\":\"end\",\"status\":3,\"memory\":true}\n", 0).await.expect("end");
-        assert_eq!(report, Report::End { status: 3, clean: false, interrupted: false, memory: true, error: None });
+        assert_eq!(
+            report,
+            Report::End { status: 3, clean: false, interrupted: false, memory: true, error: None, memory_bytes: None }
+        );
     }
 
     #[tokio::test]

@@ -74,7 +74,7 @@ pub(super) const RUNTIME_RSS_ALLOWANCE_MB: u64 = 320;
 pub(super) struct MemorySample {
     data: u64,
     pub(super) resident: u64,
-    peak_resident: u64,
+    pub(super) peak_resident: u64,
 }
 
 impl MemorySample {
@@ -303,25 +303,35 @@ impl BootedChild {
         let rss_limit = (u64::from(sandbox.limits.memory_mb) + RUNTIME_RSS_ALLOWANCE_MB) * 1024 * 1024;
         let pid = child.id();
         let before = pid.and_then(MemorySample::start);
+        let cpu_before = pid.and_then(cpu_time);
         let started = Instant::now();
-        let ending = tokio::select! {
-            status = child.wait() => match status {
+        // The child's end is awaited without reaping it, so that its rusage
+        // can be read first (see `exited`); tokio reaps it afterwards.
+        let mut exited = std::pin::pin!(exited(pid));
+        let (ending, mut rusage) = tokio::select! {
+            rusage = &mut exited => (None, rusage),
+            () = tokio::time::sleep(timeout) => (Some(Ending::TimedOut), None),
+            () = cancel.cancelled() => (Some(Ending::Cancelled), None),
+            () = watch_rss(pid, rss_limit) => (Some(Ending::OverMemory), None),
+            Ok(()) = claimed => (Some(Ending::Claimed), None),
+        };
+        // A claim is checked against the kernel's count, while the harness holds the memory.
+        let confirmed = matches!(ending, Some(Ending::Claimed))
+            && confirms_out_of_memory(before, pid.and_then(MemorySample::of), sandbox.limits.memory_mb);
+        let ending = match ending {
+            Some(ending) => {
+                kill_group(&child);
+                rusage = exited.await;
+                let _ = child.wait().await;
+                ending
+            }
+            None => match child.wait().await {
                 Ok(status) => Ending::Exited(status),
                 Err(e) => return Outcome::internal_error(format!("lost track of the child: {e}")),
             },
-            () = tokio::time::sleep(timeout) => Ending::TimedOut,
-            () = cancel.cancelled() => Ending::Cancelled,
-            () = watch_rss(pid, rss_limit) => Ending::OverMemory,
-            Ok(()) = claimed => Ending::Claimed,
         };
-        // A claim is checked against the kernel's count, while the harness holds the memory.
-        let confirmed = matches!(ending, Ending::Claimed)
-            && confirms_out_of_memory(before, pid.and_then(MemorySample::of), sandbox.limits.memory_mb);
-        if !matches!(ending, Ending::Exited(_)) {
-            kill_group(&child);
-            let _ = child.wait().await;
-        }
         let duration = started.elapsed();
+        let usage = Usage::of_single_use(rusage, cpu_before);
         writer.abort();
         let (stdout, files) = drain(out).await;
         let mut stderr = drain(err).await;
@@ -341,10 +351,147 @@ impl BootedChild {
         // Removing a directory is blocking file-system work: not on the async threads.
         let _ = tokio::task::spawn_blocking(move || drop(dir)).await;
         let mut outcome = outcome(spec, status, exit_code, signal, &stdout, &stderr, duration);
+        usage.apply(&mut outcome);
         if let Some(section) = files {
             (outcome.files, outcome.files_truncated) = returned_files(&section);
         }
         outcome
+    }
+}
+
+/// What runbox measured of one job's use of CPU and memory (see the
+/// README's "What each lane measures").
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct Usage {
+    pub cpu_ms: Option<u64>,
+    pub peak_memory_bytes: Option<u64>,
+    /// The process's resident peak since the job started (VmHWM, reset
+    /// then), where the lane measured it.
+    pub peak_resident: Option<u64>,
+}
+
+impl Usage {
+    /// A single-use child's: the CPU its rusage counts past `cpu_before`
+    /// (what it had used when the job was handed over, booting), and its
+    /// rusage's peak resident set. A peak cannot be taken apart the way a
+    /// sum can, so that one is the child's whole life: its boot, and the
+    /// copy of the worker it was forked from, as well as the job.
+    fn of_single_use(rusage: Option<ExitUsage>, cpu_before: Option<Duration>) -> Usage {
+        let Some(rusage) = rusage else { return Usage::default() };
+        Usage {
+            cpu_ms: cpu_before.map(|before| millis(rusage.cpu.saturating_sub(before))),
+            peak_memory_bytes: Some(rusage.max_rss),
+            peak_resident: None,
+        }
+    }
+
+    /// A job's in a long-lived child, from the samples taken when it
+    /// started: the CPU the process used since (every thread's: the job's
+    /// and the harness's work on it), and the larger of how far its
+    /// resident set rose above where it was (the kernel's count, which no
+    /// program can change) and `reported`, what the harness measured of the
+    /// job's own instance and realm where it can (a Python job of the
+    /// shared lane: see `runtime/harness/python.mjs`).
+    /// The CPU count ends at `cpu_ran` when the harness said where the
+    /// program ended, else now.
+    pub(super) fn since(
+        pid: Option<u32>,
+        before: Option<MemorySample>,
+        cpu_before: Option<Duration>,
+        cpu_ran: Option<Duration>,
+        reported: Option<u64>,
+    ) -> Usage {
+        let cpu_end = cpu_ran.or_else(|| pid.and_then(cpu_time));
+        let cpu_ms = cpu_end.zip(cpu_before).map(|(end, start)| millis(end.saturating_sub(start)));
+        let now = pid.and_then(MemorySample::of).filter(|_| before.is_some());
+        let grown = now.zip(before).map(|(now, then)| now.peak_resident.saturating_sub(then.resident));
+        let peak_memory_bytes = match (grown, reported) {
+            (Some(grown), Some(reported)) => Some(grown.max(reported)),
+            (grown, reported) => grown.or(reported),
+        };
+        Usage { cpu_ms, peak_memory_bytes, peak_resident: now.map(|now| now.peak_resident) }
+    }
+
+    pub(super) fn apply(self, outcome: &mut Outcome) {
+        outcome.cpu_ms = self.cpu_ms;
+        outcome.peak_memory_bytes = self.peak_memory_bytes;
+    }
+}
+
+fn millis(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// The CPU time, user and system, of every thread of process `pid` so far
+/// (`/proc/<pid>/stat`, which a zombie still has).
+pub(super) fn cpu_time(pid: u32) -> Option<Duration> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields are counted after the command name, which may hold spaces and
+    // parentheses: utime and stime are the 14th and 15th.
+    let fields: Vec<&str> = stat[stat.rfind(')')? + 1..].split_whitespace().collect();
+    let ticks = fields.get(11)?.parse::<u64>().ok()?.checked_add(fields.get(12)?.parse::<u64>().ok()?)?;
+    let hz = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK).ok().flatten().filter(|hz| *hz > 0).unwrap_or(100);
+    Some(Duration::from_millis(ticks.saturating_mul(1000) / hz as u64))
+}
+
+/// What the kernel counted of an exited child, over its whole life.
+#[derive(Debug, Clone, Copy)]
+struct ExitUsage {
+    cpu: Duration,
+    max_rss: u64,
+}
+
+/// Waits until child `pid` has exited, without reaping it, and returns its
+/// rusage: `waitid(WEXITED | WNOWAIT)`, whose rusage argument the kernel
+/// fills for a zombie (glibc's wrapper has none, hence the raw call).
+///
+/// Why not the other ways: `/proc/<pid>/status` loses VmHWM the moment
+/// the child exits, before it can be read, and polling it misses whatever
+/// grew after the last poll; `getrusage(RUSAGE_CHILDREN)` mixes every
+/// child of the worker; and a `wait4` would reap the child behind tokio's
+/// back, whose `kill_on_drop` could then signal a reused pid. Not reaping
+/// leaves that to tokio, as before. None when `pid` is not a child to wait
+/// for (already reaped).
+async fn exited(pid: Option<u32>) -> Option<ExitUsage> {
+    let pid = pid?;
+    tokio::task::spawn_blocking(move || wait_exited(pid)).await.ok().flatten()
+}
+
+#[allow(unsafe_code)]
+fn wait_exited(pid: u32) -> Option<ExitUsage> {
+    use nix::libc;
+    loop {
+        // SAFETY: both are plain C structs, for which all zero bytes is a valid value.
+        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+        // SAFETY: as above.
+        let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+        // SAFETY: waitid(P_PID, pid, infop, options, rusage) with pointers to
+        // the two locals above, which outlive the call; WNOWAIT leaves the
+        // child unreaped, so its pid stays tokio's to reap.
+        let done = unsafe {
+            libc::syscall(
+                libc::SYS_waitid,
+                libc::P_PID,
+                libc::id_t::from(pid),
+                &mut info as *mut libc::siginfo_t,
+                libc::WEXITED | libc::WNOWAIT,
+                &mut usage as *mut libc::rusage,
+            )
+        };
+        if done == 0 {
+            let time = |t: libc::timeval| {
+                Duration::from_secs(u64::try_from(t.tv_sec).unwrap_or(0))
+                    + Duration::from_micros(u64::try_from(t.tv_usec).unwrap_or(0))
+            };
+            return Some(ExitUsage {
+                cpu: time(usage.ru_utime) + time(usage.ru_stime),
+                // Linux counts it in KiB.
+                max_rss: u64::try_from(usage.ru_maxrss).unwrap_or(0).saturating_mul(1024),
+            });
+        }
+        if nix::errno::Errno::last() != nix::errno::Errno::EINTR {
+            return None;
+        }
     }
 }
 
@@ -371,6 +518,9 @@ pub(super) fn outcome(
         files: Vec::new(),
         files_truncated: false,
         warm: false,
+        // Set by the lane, which measured it (see [`Usage`]).
+        cpu_ms: None,
+        peak_memory_bytes: None,
     };
     // On everything the program wrote, not only the bytes kept.
     outcome.verdict = spec.verdict_with(&outcome, |compare, expected| stdout.matches(compare, expected));

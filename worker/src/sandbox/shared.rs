@@ -57,8 +57,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::channel::{Channel, ChannelError, ChannelPaths, Report};
 use super::child::{
-    BOOT_TIMEOUT, Frame, MemorySample, RUNTIME_RSS_ALLOWANCE_MB, ReturnFrame, classify, confirms_out_of_memory,
-    give_to_child, job_dir, kill_group, outcome, watch_rss,
+    BOOT_TIMEOUT, Frame, MemorySample, RUNTIME_RSS_ALLOWANCE_MB, ReturnFrame, Usage, classify, confirms_out_of_memory,
+    cpu_time, give_to_child, job_dir, kill_group, outcome, watch_rss,
 };
 use super::command::{ChildMode, deno_command};
 use super::output::{Captured, capture_until};
@@ -344,6 +344,8 @@ pub(super) struct Exchange {
     pub bytes: Vec<u8>,
     /// From the start (see [`Bounds::deadline`]) to the end.
     pub duration: Duration,
+    /// What the job used from its start to its end.
+    pub usage: Usage,
 }
 
 /// The limits of one exchange.
@@ -503,11 +505,23 @@ impl SharedChild {
         let memory_mb = sandbox.limits.memory_mb;
         let bounds = Bounds { deadline, from_start: true, stdout_cap: cap, stderr_cap: cap, max_bytes: 0, memory_mb };
         let exchange = self.exchange(&frame, &[], &nonce, &bounds, cancel).await;
-        let Exchange { ending, stdout, stderr, files, duration, .. } = exchange;
+        let Exchange { ending, stdout, stderr, files, duration, usage, .. } = exchange;
         // A session lives on after any exec its harness finished, whatever
         // the exec left running.
         let finished = matches!(ending, Ending::Finished { .. });
         let (mut outcome, reusable) = self.finish(ending, stdout, stderr, duration, spec).await;
+        // A session's child holds that session alone: its interpreter,
+        // built after boot, and everything earlier execs left in it are the
+        // session's, and an exec can reuse memory they freed, which a rise
+        // from the exec's start would miss. So an exec's figure is the
+        // process's peak during it above what the child held once booted.
+        let usage = match usage.peak_resident {
+            Some(peak) if in_session => {
+                Usage { peak_memory_bytes: Some(peak.saturating_sub(self.resident_at_boot)), ..usage }
+            }
+            _ => usage,
+        };
+        usage.apply(&mut outcome);
         self.jobs += 1;
         let reusable = if in_session { finished } else { reusable && self.jobs < MAX_JOBS_PER_CHILD };
         if let Some((kept, truncated)) = files {
@@ -535,6 +549,15 @@ impl SharedChild {
         let pid = self.child.id();
         // The count of the job's memory starts with the job (see `Report::Started`).
         let before = std::sync::Mutex::new(if bounds.from_start { None } else { pid.and_then(MemorySample::start) });
+        let cpu_before = std::sync::Mutex::new(if bounds.from_start { None } else { pid.and_then(cpu_time) });
+        // Taken at the harness's `ran` report, where it sends one.
+        let cpu_ran = std::sync::Mutex::new(None);
+        let usage = |reported| {
+            let memory = *before.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+            let cpu = *cpu_before.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+            let ran = *cpu_ran.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+            Usage::since(pid, memory, cpu, ran, reported)
+        };
         let send_limit = PIPE_TIMEOUT + Duration::from_secs(bytes.len() as u64 >> 24);
         let sent_at = Instant::now();
         let sent = tokio::time::timeout(send_limit, self.channel.send(frame, bytes)).await;
@@ -547,6 +570,7 @@ impl SharedChild {
                 files: None,
                 bytes: Vec::new(),
                 duration: sent_at.elapsed(),
+                usage: Usage::default(),
             };
         }
         let child = &self.child;
@@ -561,8 +585,12 @@ impl SharedChild {
                     Ok((Report::Started, _)) => {
                         *before.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) =
                             pid.and_then(MemorySample::start);
+                        *cpu_before.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = pid.and_then(cpu_time);
                         *started.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(Instant::now());
                         started_now.notify_one();
+                    }
+                    Ok((Report::Ran, _)) => {
+                        *cpu_ran.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = pid.and_then(cpu_time);
                     }
                     Ok((Report::Files { files: kept, truncated }, _)) => files = Some((kept, truncated)),
                     Ok((Report::Checkpoint { .. }, bytes)) => data = bytes,
@@ -597,18 +625,26 @@ impl SharedChild {
         let ((stdout, out_rest), (stderr, err_rest), (end, files, data)) = match stopped {
             Ok(all) => all,
             Err(ending) => {
+                // Measured while the child still has its memory.
+                let usage = usage(None);
                 kill_group(&self.child);
                 let out = tokio::time::timeout(DRAIN_TIMEOUT, &mut out).await.unwrap_or_default();
                 let err = tokio::time::timeout(DRAIN_TIMEOUT, &mut err).await.unwrap_or_default();
                 let duration = since(&started, sent_at);
-                return Exchange { ending, stdout: out.0, stderr: err.0, files: None, bytes: Vec::new(), duration };
+                let (stdout, stderr) = (out.0, err.0);
+                return Exchange { ending, stdout, stderr, files: None, bytes: Vec::new(), duration, usage };
             }
         };
         let duration = since(&started, sent_at);
+        let reported = match &end {
+            Ok(Report::End { memory_bytes, .. }) => *memory_bytes,
+            _ => None,
+        };
+        let usage = usage(reported);
         // Output after a marker was written outside any job.
         let stray = !out_rest.is_some_and(|rest| rest.is_empty()) || !err_rest.is_some_and(|rest| rest.is_empty());
         let ending = match end {
-            Ok(Report::End { status, clean, interrupted, memory, error }) => Ending::Finished {
+            Ok(Report::End { status, clean, interrupted, memory, error, .. }) => Ending::Finished {
                 status,
                 clean: clean && !stray,
                 interrupted,
@@ -621,7 +657,7 @@ impl SharedChild {
             Ok(_) | Err(ChannelError::Closed) => Ending::Died,
             Err(e) => Ending::Broken(e),
         };
-        Exchange { ending, stdout, stderr, files, bytes: data, duration }
+        Exchange { ending, stdout, stderr, files, bytes: data, duration, usage }
     }
 
     async fn finish(
