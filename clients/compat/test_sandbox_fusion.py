@@ -57,6 +57,23 @@ def test_each_language_runs_with_stdin(mode, language, code):
     assert sf.summary_run_code_result(result, sf.SummaryMapping()) == sf.RunStatus.Success
 
 
+def test_nodejs_programs_written_for_node_get_require():
+    # CommonJS, as SandboxFusion's Node runs it: require, module.exports.
+    code = (
+        "const readline = require('readline');\n"
+        "module.exports = { twice: (n) => 2 * n };\n"
+        "const rl = readline.createInterface({ input: process.stdin });\n"
+        "rl.on('line', (line) => console.log(module.exports.twice(Number(line))));\n"
+    )
+    result = run(sf.RunCodeRequest(code=code, language="nodejs", stdin="21\n"), "sync")
+    assert result.status == sf.RunStatus.Success, result
+    assert result.run_result.stdout == "42\n"
+    # A stack trace still points at the program's own line.
+    thrown = run(sf.RunCodeRequest(code="const a = 1;\nthrow new Error('line two');", language="nodejs"), "sync")
+    assert thrown.status == sf.RunStatus.Failed
+    assert ":2:" in thrown.run_result.stderr, thrown.run_result.stderr
+
+
 @pytest.mark.parametrize("mode", MODES)
 def test_a_failing_program_is_failed_with_its_exit_code(mode):
     code = "import sys\nprint('before')\nraise SystemExit(3)"
@@ -77,6 +94,8 @@ def test_a_timeout_is_time_limit_exceeded(mode):
     assert result.status == sf.RunStatus.Failed
     assert result.run_result.status == sf.CommandRunStatus.TimeLimitExceeded
     assert result.run_result.execution_time >= 0.9
+    # runbox measured the CPU it burned, in seconds, as SandboxFusion reports cpu_time.
+    assert result.run_result.cpu_time is not None and result.run_result.cpu_time > 0.3, result.run_result
     assert sf.summary_run_code_result(result, sf.SummaryMapping(RunTimeout="slow")) == "slow"
 
 
@@ -199,6 +218,8 @@ def test_the_token_never_reaches_the_apis_log():
         pytest.skip("not under clients/with-stack")
     run(sf.RunCodeRequest(code="print('logged')", language="python"), "sync")
     log = open(f"{logs}/api.log", encoding="utf8").read()
+    # The request was logged (scripts/test logs request spans), under its redacted path.
+    assert "/sandbox-fusion/***/run_code" in log
     assert TOKEN not in log, "the api log contains the token"
 
 

@@ -74,6 +74,17 @@ const QUEUE_GRACE: Duration = Duration::from_secs(60);
 const PYTEST_FILE: &str = "test_solution.py";
 const PYTEST_PROGRAM: &str = include_str!("sandbox_fusion_pytest.py");
 
+/// What a `nodejs` program gets before its first line: SandboxFusion runs
+/// it with Node, where `require`, `module` and `exports` exist; Deno runs
+/// it as an ES module, where they do not. Deno's `node:module` supplies a
+/// `require` for Node's built-in modules (`fs`, `readline`, ...). The
+/// names are set on `globalThis`, so a program that declares its own
+/// shadows them rather than clashing. It is one line, written on the
+/// program's first, so every other line keeps its number in a stack trace.
+const NODE_PRELUDE: &str = "import { createRequire as __runboxCreateRequire } from \"node:module\"; \
+    globalThis.require ??= __runboxCreateRequire(\"file:///main.js\"); \
+    globalThis.module ??= { exports: {} }; globalThis.exports ??= globalThis.module.exports; ";
+
 /// The exec code of every step of a `run_jupyter` session, and what a
 /// step's JSON adds to the files it carries.
 const JUPYTER_STEP: &str = include_str!("sandbox_fusion_jupyter.py");
@@ -308,12 +319,11 @@ pub fn translate(body: &Map<String, Value>, max_timeout_ms: u64) -> Result<Trans
             inputs.push(json!({"path": PYTEST_FILE, "content": code, "encoding": "utf8"}));
             PYTEST_PROGRAM.to_owned()
         }
+        Mode::Nodejs => with_node_prelude(&code),
         // SandboxFusion runs an empty program (and it succeeds); runbox
         // refuses empty code, so it gets a comment, which runs the same.
-        _ if code.trim().is_empty() => match mode {
-            Mode::Python => "# the request's code was empty\n".to_owned(),
-            _ => "// the request's code was empty\n".to_owned(),
-        },
+        Mode::Python if code.trim().is_empty() => "# the request's code was empty\n".to_owned(),
+        Mode::Typescript if code.trim().is_empty() => "// the request's code was empty\n".to_owned(),
         _ => code,
     };
     let mut job = Map::new();
@@ -330,6 +340,16 @@ pub fn translate(body: &Map<String, Value>, max_timeout_ms: u64) -> Result<Trans
         job.insert("return_files".into(), json!(fetch_files));
     }
     Ok(Translated::Job(job))
+}
+
+/// `code` with [`NODE_PRELUDE`] on its first line, or on its second when
+/// the first is a `#!` line, which must stay first.
+fn with_node_prelude(code: &str) -> String {
+    match code.strip_prefix("#!").and_then(|_| code.split_once('\n')) {
+        Some((shebang, rest)) => format!("{shebang}\n{NODE_PRELUDE}{rest}"),
+        None if code.starts_with("#!") => code.to_owned(),
+        None => format!("{NODE_PRELUDE}{code}"),
+    }
 }
 
 /// A timeout in seconds (a JSON number, whole or not) as milliseconds
@@ -402,11 +422,11 @@ fn fetch_files(value: Option<&Value>) -> Result<Vec<String>, FusionError> {
     Ok(paths)
 }
 
-/// CPU seconds the program used, as SandboxFusion's `cpu_time` reports,
-/// when runbox measured them. Outcomes carry no CPU measurement yet, so
-/// this is always None; it is the one place to fill `cpu_time` from.
-fn cpu_time(_outcome: &Outcome) -> Option<f64> {
-    None
+/// CPU seconds (user + system) the program used, as SandboxFusion's
+/// `cpu_time` reports them: runbox's own measurement, None where it has
+/// none.
+fn cpu_time(outcome: &Outcome) -> Option<f64> {
+    outcome.cpu_ms.map(seconds)
 }
 
 fn seconds(ms: u64) -> f64 {
@@ -689,6 +709,8 @@ async fn notebook(
     }
 
     let mut cells = Vec::with_capacity(request.cells.len());
+    // The driver's CPU is its cells' (None unless runbox measured every one).
+    let mut cpu_ms = Some(0);
     let mut timed_out = false;
     let mut notes = Vec::new();
     for (index, source) in request.cells.iter().enumerate() {
@@ -704,6 +726,7 @@ async fn notebook(
             Err(message) => return Ok(sandbox_error(message)),
         };
         let outcome = record.outcome.unwrap_or_else(|| Outcome::internal_error(""));
+        cpu_ms = cpu_ms.zip(outcome.cpu_ms).map(|(sum, cell)| sum + cell);
         let (stdout, report) = split_report(&outcome.stdout, &marker);
         let mut cell: CellResult = report.and_then(|r| serde_json::from_value(r).ok()).unwrap_or_default();
         cell.stdout = stdout.to_owned();
@@ -767,7 +790,7 @@ async fn notebook(
     let driver = CommandResult {
         status: if timed_out { CommandStatus::TimeLimitExceeded } else { CommandStatus::Finished },
         execution_time: Some(started.elapsed().as_secs_f64()),
-        cpu_time: None,
+        cpu_time: cpu_ms.map(seconds),
         return_code: if timed_out { None } else { Some(0) },
         stdout: Some(String::new()),
         stderr: Some(String::new()),
@@ -850,8 +873,19 @@ mod tests {
     fn javascript_fetches_nothing_and_empty_code_still_runs() {
         let js = job(json!({"code": "  ", "language": "nodejs", "fetch_files": ["x"]}));
         assert_eq!(js["language"], json!("javascript"));
+        assert!(js["code"].as_str().is_some_and(|c| c.starts_with(NODE_PRELUDE)));
         assert!(js.get("return_files").is_none());
         assert!(validate::job_spec_fields(&js, &crate::ApiLimits::default()).is_ok(), "empty code is a no-op");
+    }
+
+    #[test]
+    fn node_programs_get_require_on_their_first_line() {
+        assert!(!NODE_PRELUDE.contains('\n'), "the prelude must not move the program's lines");
+        assert_eq!(with_node_prelude("a\nb"), format!("{NODE_PRELUDE}a\nb"));
+        assert_eq!(with_node_prelude("#!/usr/bin/env node\nb"), format!("#!/usr/bin/env node\n{NODE_PRELUDE}b"));
+        assert_eq!(with_node_prelude("#!node"), "#!node");
+        let ts = job(json!({"code": "let x: number = 1", "language": "typescript"}));
+        assert_eq!(ts["code"], json!("let x: number = 1"), "TypeScript runs as written");
     }
 
     #[test]
@@ -934,6 +968,7 @@ mod tests {
                 stdout: "o\n".into(),
                 stderr: "e\n".into(),
                 duration_ms: 1500,
+                cpu_ms: Some(1200),
                 ..Outcome::internal_error("")
             }),
             timings: Timings::default(),
@@ -947,6 +982,7 @@ mod tests {
         assert_eq!(ok.status, RunStatus::Success);
         let run = ok.run_result.expect("ran");
         assert_eq!((run.status, run.return_code, run.execution_time), (CommandStatus::Finished, Some(0), Some(1.5)));
+        assert_eq!(run.cpu_time, Some(1.2), "seconds, from runbox's cpu_ms");
         assert_eq!((run.stdout.as_deref(), ok.executor_pod_name.as_deref()), (Some("o\n"), Some("worker-1")));
 
         let failed = run_code_answer(&record(Status::Completed, Some(3), None));
