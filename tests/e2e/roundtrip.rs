@@ -190,3 +190,23 @@ async fn args_files_and_verdicts_travel_through_the_api() {
         assert!(error["error"]["message"].as_str().unwrap_or("").contains(needle), "{needle}: {error}");
     }
 }
+
+#[tokio::test]
+async fn the_job_object_carries_measured_cpu_and_memory() {
+    let stack = Stack::start(&[]).await;
+    // Python runs in the shared lane by default; JS in a single-use child.
+    for (language, code) in [
+        ("python", "b = bytearray(100_000_000)\nfor i in range(0, len(b), 4096):\n    b[i] = 1\nprint(len(b))"),
+        (
+            "javascript",
+            "const b = new Uint8Array(100_000_000); for (let i = 0; i < b.length; i += 4096) b[i] = 1; console.log(b.length)",
+        ),
+    ] {
+        let (status, job) = stack.api.submit(json!({ "language": language, "code": code }), Some(60)).await;
+        assert_eq!(status, 200, "{job}");
+        assert_eq!(job["status"], "completed", "{job}");
+        assert!(job["cpu_ms"].is_u64(), "cpu_ms missing: {job}");
+        let peak = job["peak_memory_bytes"].as_u64().unwrap_or_else(|| panic!("peak_memory_bytes missing: {job}"));
+        assert!(peak >= 100_000_000, "a 100 MB allocation reported {peak} bytes: {job}");
+    }
+}
