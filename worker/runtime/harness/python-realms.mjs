@@ -316,6 +316,8 @@ export class PythonRealm {
   /** Ends the realm's use: its host functions and timers stop, and it is no longer referenced. */
   retire() {
     this.#live = false;
+    // The memory is the realm's: held, it would keep the realm alive.
+    this.#memory = null;
     for (const timer of this.#timers) clearTimeout(timer);
     this.#timers.clear();
     this.#api = null;
