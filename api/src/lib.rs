@@ -7,6 +7,8 @@
 //! # Layout
 //!
 //! - `jobs`: the `/v1/jobs` handlers and the job object.
+//! - `events`: `/v1/jobs/{id}/events`, a job's output as it is written
+//!   (Server-Sent Events).
 //! - `batches`: the `/v1/batches` handlers: many jobs as one.
 //! - `sessions`: the `/v1/sessions` handlers: state that lasts across execs.
 //! - `mcp`: `/mcp`, the same jobs as Model Context Protocol tools.
@@ -18,7 +20,8 @@
 //! - `validate`: request body → job spec, with errors that say what to fix.
 //! - `auth`: bearer tokens, compared in constant time.
 //! - `quotas`: what each token may have queued and submit per second.
-//! - `waiters`: long-poll fan-out over one pub/sub subscription.
+//! - `waiters`: long-poll and live-output fan-out over one pub/sub
+//!   subscription.
 //! - `error`: the one mapping from errors to HTTP responses.
 //! - `openapi`: `/openapi.json`, the native API described from these types.
 //! - `metrics`: every metric the api exports.
@@ -31,6 +34,7 @@ mod callbacks;
 mod compat;
 mod config;
 mod error;
+mod events;
 mod jobs;
 mod mcp;
 mod metrics;
@@ -68,6 +72,8 @@ pub struct AppState {
     config: Arc<ApiConfig>,
     queue: Queue,
     waiters: Arc<Waiters>,
+    /// Subscribers to running jobs' live output, woken as it grows.
+    watchers: Arc<Waiters>,
     metrics: Arc<Metrics>,
     /// Cancelled on shutdown: long-polls stop waiting and answer.
     stopping: tokio_util::sync::CancellationToken,
@@ -77,12 +83,13 @@ impl AppState {
     /// Connects (lazily) to Redis and starts the completion listener.
     pub fn new(config: ApiConfig) -> Result<AppState, QueueError> {
         let queue = Queue::connect(&config.shared.redis, &config.shared.queue)?;
-        let waiters = Arc::new(Waiters::default());
-        tokio::spawn(waiters::listen(queue.clone(), waiters.clone()));
+        let (waiters, watchers) = (Arc::new(Waiters::default()), Arc::new(Waiters::default()));
+        tokio::spawn(waiters::listen(queue.clone(), waiters.clone(), watchers.clone()));
         Ok(AppState {
             config: Arc::new(config),
             queue,
             waiters,
+            watchers,
             metrics: Arc::new(Metrics::new()),
             stopping: tokio_util::sync::CancellationToken::new(),
         })
@@ -99,6 +106,7 @@ pub fn app(state: AppState) -> Router {
     let v1 = Router::new()
         .route("/v1/jobs", axum::routing::post(jobs::submit))
         .route("/v1/jobs/{id}", get(jobs::get).delete(jobs::cancel))
+        .route("/v1/jobs/{id}/events", get(events::stream))
         .route("/v1/sessions", get(sessions::list).post(sessions::create))
         .route("/v1/sessions/{id}", get(sessions::get).delete(sessions::destroy))
         .route("/v1/sessions/{id}/exec", axum::routing::post(sessions::exec))

@@ -39,6 +39,7 @@ use crate::sessions::{ExecSession, ExecView, SessionView};
         crate::jobs::submit,
         crate::jobs::get,
         crate::jobs::cancel,
+        crate::events::stream,
         crate::batches::submit,
         crate::batches::get,
         crate::batches::cancel,

@@ -1,7 +1,8 @@
-//! Long-poll without a Redis connection per waiter.
+//! Long-poll and live output without a Redis connection per waiter.
 //!
 //! Each api process holds one pub/sub subscription to the done channel and
-//! fans each finished id out to the in-process waiters for it. A waiter
+//! the output channel, and fans each id out to the in-process waiters for
+//! it: finished jobs to `done`, jobs whose live output grew to `output`. A waiter
 //! registers first and reads the job second, so a result that lands in
 //! between is never missed; after a lost subscription every waiter is woken
 //! to read again.
@@ -64,24 +65,30 @@ impl Drop for Registration {
     }
 }
 
-/// Keeps the done-channel subscription alive for the life of the process.
-pub async fn listen(queue: Queue, waiters: Arc<Waiters>) {
+/// Keeps the subscription alive for the life of the process.
+pub async fn listen(queue: Queue, done: Arc<Waiters>, output: Arc<Waiters>) {
     let mut delay = Duration::from_millis(100);
+    let wake_all = || {
+        done.notify_all();
+        output.notify_all();
+    };
     loop {
-        match queue.subscribe(&[keys::DONE_CHANNEL]).await {
+        match queue.subscribe(&[keys::DONE_CHANNEL, keys::OUTPUT_CHANNEL]).await {
             Ok(mut pubsub) => {
                 delay = Duration::from_millis(100);
-                tracing::info!("subscribed to job completions");
-                // Whatever finished while we were not subscribed.
-                waiters.notify_all();
+                tracing::info!("subscribed to job completions and live output");
+                // Whatever happened while we were not subscribed.
+                wake_all();
                 let mut messages = pubsub.on_message();
                 while let Some(message) = messages.next().await {
-                    if let Ok(id) = message.get_payload::<String>() {
-                        waiters.notify(&id);
+                    let Ok(id) = message.get_payload::<String>() else { continue };
+                    match message.get_channel_name() {
+                        keys::OUTPUT_CHANNEL => output.notify(&id),
+                        _ => done.notify(&id),
                     }
                 }
                 tracing::warn!("lost the completion subscription; reconnecting");
-                waiters.notify_all();
+                wake_all();
             }
             Err(e) => {
                 tracing::warn!(error = %e, retry_in = ?delay, "could not subscribe to job completions");

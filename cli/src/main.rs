@@ -17,7 +17,7 @@ use clap::{Args, Parser, Subcommand};
 use reqwest::Method;
 use serde_json::{Value, json};
 
-use crate::client::{Client, MAX_WAIT_S};
+use crate::client::Client;
 
 // `runbox run`'s exit codes when the program did not end by itself.
 /// The time limit killed it (the code GNU `timeout` uses).
@@ -110,13 +110,9 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     let client = Client::new(&cli.url, &token)?;
     match cli.command {
         Command::Run(program) => {
-            let spec = program.spec()?;
-            let answer = client.json(Method::POST, &format!("/v1/jobs?wait={MAX_WAIT_S}"), Some(&spec)).await?;
-            let job = match answer["id"].as_str() {
-                Some(id) if matches!(answer["status"].as_str(), Some("queued" | "running")) => client.wait(id).await?,
-                _ => answer,
-            };
-            print_output(&job)?;
+            let answer = client.json(Method::POST, "/v1/jobs", Some(&program.spec()?)).await?;
+            let id = answer["id"].as_str().ok_or_else(|| anyhow!("runbox answered without a job id: {answer}"))?;
+            let job = print_as_it_runs(&client, id).await?;
             Ok(ExitCode::from(exit_code(&job)))
         }
         Command::Submit(program) => {
@@ -181,10 +177,55 @@ fn language_of(file: &Path) -> anyhow::Result<&'static str> {
     }
 }
 
-fn print_output(job: &Value) -> anyhow::Result<()> {
-    std::io::stdout().write_all(job["stdout"].as_str().unwrap_or_default().as_bytes())?;
-    std::io::stdout().flush()?;
-    std::io::stderr().write_all(job["stderr"].as_str().unwrap_or_default().as_bytes())?;
+/// Prints job `id`'s stdout and stderr as the program writes them and
+/// returns the finished job. Without a live stream (a server that has
+/// none, or one that broke off), whatever was not printed yet is printed
+/// from the finished job.
+async fn print_as_it_runs(client: &Client, id: &str) -> anyhow::Result<Value> {
+    let mut printed = [0usize, 0usize];
+    if let Ok(mut events) = client.events(id).await {
+        while let Ok(Some(event)) = events.next().await {
+            match event.name.as_str() {
+                "stdout" | "stderr" => {
+                    let text = event.data["data"].as_str().unwrap_or_default();
+                    let side = usize::from(event.name == "stderr");
+                    write_stream(side, text)?;
+                    printed[side] += text.len();
+                }
+                "restart" => {
+                    printed = [0, 0];
+                    eprintln!("runbox: the job is running again from the start (its worker stopped)");
+                }
+                "result" => {
+                    print_rest(&event.data, printed)?;
+                    return Ok(event.data);
+                }
+                _ => break,
+            }
+        }
+    }
+    let job = client.wait(id).await?;
+    print_rest(&job, printed)?;
+    Ok(job)
+}
+
+/// Prints what of `job`'s output is past the `printed` bytes of each stream.
+fn print_rest(job: &Value, printed: [usize; 2]) -> anyhow::Result<()> {
+    for (side, name) in ["stdout", "stderr"].into_iter().enumerate() {
+        let text = job[name].as_str().unwrap_or_default();
+        write_stream(side, text.get(printed[side]..).unwrap_or_default())?;
+    }
+    Ok(())
+}
+
+fn write_stream(side: usize, text: &str) -> anyhow::Result<()> {
+    if side == 0 {
+        let mut stdout = std::io::stdout();
+        stdout.write_all(text.as_bytes())?;
+        stdout.flush()?;
+    } else {
+        std::io::stderr().write_all(text.as_bytes())?;
+    }
     Ok(())
 }
 

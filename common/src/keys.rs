@@ -12,6 +12,10 @@ pub const GROUP: &str = "workers";
 /// Pub/sub channel carrying the id of each job as it reaches a final status.
 pub const DONE_CHANNEL: &str = "runbox:done";
 
+/// Pub/sub channel carrying the id of each running job whose live output
+/// grew (see `live.rs`).
+pub const OUTPUT_CHANNEL: &str = "runbox:output";
+
 /// Pub/sub channel carrying the id of each running job to cancel.
 pub const CANCEL_CHANNEL: &str = "runbox:cancel";
 
@@ -99,6 +103,12 @@ impl QueueKeys {
         format!("{}callbacks", self.prefix)
     }
 
+    /// The stream of what job `id` wrote so far, in chunks, while it runs
+    /// (see `live.rs`).
+    pub fn output(&self, id: &str) -> String {
+        format!("{}output:{id}", self.prefix)
+    }
+
     /// The hash of one session: owner, status, the worker holding it, its
     /// checkpoints. Lua scripts spell it as the prefix plus `session:{id}`.
     pub fn session(&self, id: &str) -> String {
@@ -150,6 +160,7 @@ mod tests {
             keys.batch("b"),
             keys.idempotency("job", "alice", "k"),
             keys.callbacks(),
+            keys.output("j"),
             keys.session("s"),
             keys.owner_sessions("alice"),
             keys.inbox("w"),

@@ -11,6 +11,8 @@
 //! - [`keys`]: every Redis key and channel name.
 //! - `queue`: the queue operations on Redis ([`Queue`]), over `connection`:
 //!   one server or a cluster ([`RedisTarget`]).
+//! - `live`: a running job's output as it is written, through Redis
+//!   ([`OutputChunk`]).
 //! - `config`: reading typed configuration from the environment, and the
 //!   settings both processes share ([`SharedConfig`], [`Timeouts`]).
 //! - `time`: timestamps as stored.
@@ -25,6 +27,7 @@ mod config;
 mod connection;
 mod job;
 pub mod keys;
+mod live;
 mod metrics;
 pub mod process;
 mod queue;
@@ -40,6 +43,7 @@ pub use job::{
     Compare, FileEncoding, InputFile, JobSpec, Language, MAX_RETURN_FILES, MAX_RETURN_FILES_BYTES, Outcome, OutputFile,
     ReturnFiles, Status, UnknownLanguage, Verdict,
 };
+pub use live::{LIVE_GRACE, LiveEntry, OutputChunk, OutputStream};
 pub use metrics::MetricsRegistry;
 pub use queue::{
     BatchJob, BatchRecord, CallbackDue, Cancelled, Claimed, Enqueued, Idempotency, JobRecord, JobSummary, NewJob,

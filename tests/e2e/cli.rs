@@ -56,6 +56,36 @@ async fn run_passes_output_and_exit_code_through() {
 }
 
 #[tokio::test]
+async fn run_prints_as_the_program_prints() {
+    let stack = Stack::start(&[]).await;
+    let dir = tempfile::tempdir().expect("dir");
+    let program =
+        write(dir.path(), "slow.py", "import time\nprint('first', flush=True)\ntime.sleep(2)\nprint('second')\n");
+    let mut command = tokio::process::Command::new(bin("runbox"));
+    command.args(["run", &program]).env("RUNBOX_URL", &stack.api.base).env("RUNBOX_TOKEN", ALICE);
+    command
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let mut child = command.spawn().expect("runbox");
+    let mut stdout = tokio::io::BufReader::new(child.stdout.take().expect("stdout"));
+    let mut line = String::new();
+    use tokio::io::AsyncBufReadExt;
+    tokio::time::timeout(std::time::Duration::from_secs(60), stdout.read_line(&mut line))
+        .await
+        .expect("a line")
+        .expect("read");
+    assert_eq!(line, "first\n");
+    let first_at = std::time::Instant::now();
+    let mut rest = String::new();
+    tokio::io::AsyncReadExt::read_to_string(&mut stdout, &mut rest).await.expect("rest");
+    assert_eq!(rest, "second\n");
+    // The program slept between its lines: the first was printed before it woke.
+    assert!(first_at.elapsed() >= std::time::Duration::from_millis(1000), "runbox printed only at the end");
+    assert_eq!(child.wait().await.expect("exit").code(), Some(0));
+}
+
+#[tokio::test]
 async fn a_timeout_and_a_refused_request_have_their_own_exit_codes() {
     let stack = Stack::start(&[]).await;
     let dir = tempfile::tempdir().expect("dir");

@@ -321,6 +321,10 @@ impl Stack {
         let worker = start_worker(&redis, worker_env).await;
         Stack { api, _redis: redis, _worker: worker }
     }
+
+    pub fn redis(&self) -> &Redis {
+        &self._redis
+    }
 }
 
 /// Pids of the processes whose parent is `parent`.

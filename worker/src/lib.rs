@@ -9,10 +9,13 @@
 //!   from dead workers, cancel, drain on shutdown.
 //! - `sessions`: the sessions this worker holds, and the inbox their execs,
 //!   checkpoints and destroys arrive through.
+//! - `live`: sends each running job's output to Redis as it is written,
+//!   for live subscribers.
 //! - `metrics`: every metric the worker exports.
 //! - `config`: settings, read from the environment once.
 
 mod config;
+mod live;
 mod metrics;
 pub mod sandbox;
 mod service;

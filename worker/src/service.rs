@@ -23,6 +23,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{Instrument, info, info_span, warn};
 
+use crate::live::Forwarder;
 use crate::metrics::Metrics;
 use crate::sandbox::Runner;
 use crate::sessions::{self, Opened, Sessions};
@@ -306,7 +307,10 @@ impl Worker {
             return Some(Ran { session, ..Ran::without_child(outcome) });
         }
         self.metrics.busy_slots.inc();
-        let report = self.runner.run(spec, cancel).await;
+        let live =
+            Forwarder::start(self.queue.clone(), entry.id.clone(), self.runner.sandbox().limits.timeout_for(spec));
+        let report = self.runner.run_live(spec, cancel, live.live()).await;
+        live.finish().await;
         self.metrics.busy_slots.dec();
         Some(Ran { outcome: report.outcome, boot: report.boot, ended_ms: now_unix_ms(), session: None })
     }

@@ -28,6 +28,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, info, info_span, warn};
 
 use crate::Sandbox;
+use crate::live::Forwarder;
 use crate::sandbox::{BootedSession, Replayed, Restore, SessionChild, SessionError};
 use crate::service::{Ran, RunningJob, Worker};
 
@@ -220,8 +221,11 @@ impl Worker {
         let job = RunningJob { entry: None, cancel: cancel.clone() };
         self.running.lock().unwrap_or_else(|p| p.into_inner()).insert(claimed.id.clone(), job);
         self.metrics.busy_slots.inc();
-        let (mut outcome, alive) = s.child.exec(spec, self.runner.sandbox(), &cancel).await;
+        let timeout = self.runner.sandbox().limits.timeout_for(spec);
+        let live = Forwarder::start(self.queue.clone(), claimed.id.clone(), timeout);
+        let (mut outcome, alive) = s.child.exec(spec, self.runner.sandbox(), &cancel, live.live()).await;
         self.metrics.observe_usage(spec.language, crate::metrics::Lane::Session, &outcome);
+        live.finish().await;
         self.metrics.busy_slots.dec();
         self.running.lock().unwrap_or_else(|p| p.into_inner()).remove(&claimed.id);
         let ended_ms = now_unix_ms();

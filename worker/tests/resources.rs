@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use runbox_common::{JobSpec, Language, Outcome, SessionOp, SessionTask, Status, Timeouts};
-use runbox_worker::sandbox::{Limits, Restore, Runner, Runtime, Sandbox, SessionChild};
+use runbox_worker::sandbox::{Limits, Live, Restore, Runner, Runtime, Sandbox, SessionChild};
 use tokio::sync::{Mutex, OnceCell};
 use tokio_util::sync::CancellationToken;
 
@@ -77,7 +77,7 @@ async fn run_in(lane: Lane, language: Language, code: &str) -> Outcome {
         Lane::Session => {
             let mut session = SessionChild::open(&sandbox, language, Restore::Fresh).await.expect("session opens");
             let exec = JobSpec { session: Some(SessionTask { id: "resources".into(), op: SessionOp::Exec }), ..spec };
-            session.exec(&exec, &sandbox, &CancellationToken::new()).await.0
+            session.exec(&exec, &sandbox, &CancellationToken::new(), &Live::default()).await.0
         }
     }
 }

@@ -19,7 +19,7 @@ from .errors import (
     Unauthorized,
     Unavailable,
 )
-from .types import Batch, Checkpoint, Job, OutputFile, SessionExec, SessionInfo
+from .types import Batch, Checkpoint, Job, OutputEvent, OutputFile, SessionExec, SessionInfo
 
 __all__ = [
     "AsyncBatchHandle",
@@ -32,6 +32,7 @@ __all__ = [
     "InvalidRequest",
     "Job",
     "NotFound",
+    "OutputEvent",
     "OutputFile",
     "QuotaExceeded",
     "RunboxError",

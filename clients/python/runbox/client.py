@@ -24,7 +24,7 @@ from typing import Any, AsyncIterator, Iterable, Iterator, Optional
 import httpx
 
 from .errors import SessionEnded, TransportError, error_code, error_for
-from .types import Batch, Checkpoint, Job, SessionExec, SessionInfo
+from .types import Batch, Checkpoint, Job, OutputEvent, SessionExec, SessionInfo
 
 #: The longest long-poll runbox holds a request for.
 MAX_WAIT_S = 60
@@ -112,6 +112,42 @@ def _answer(response: httpx.Response, attempt: int, max_retries: int, retry=_ret
     if response.status_code >= 400:
         raise error_for(response.status_code, _body(response))
     return None, _body(response)
+
+
+class _EventParser:
+    """Server-Sent Events, fed line by line, as `OutputEvent`s."""
+
+    def __init__(self) -> None:
+        self.kind = ""
+        self.data: list[str] = []
+
+    def feed(self, line: str) -> Optional[OutputEvent]:
+        if line.startswith("event:"):
+            self.kind = line[6:].strip()
+        elif line.startswith("data:"):
+            self.data.append(line[5:].removeprefix(" "))
+        elif line == "":
+            kind, data = self.kind, "\n".join(self.data)
+            self.kind, self.data = "", []
+            # A comment (the keep-alive) has no event name.
+            if kind:
+                return _output_event(kind, json.loads(data))
+        return None
+
+
+def _output_event(kind: str, data: Any) -> OutputEvent:
+    if kind == "result":
+        return OutputEvent("result", job=Job.from_json(data))
+    if kind in ("stdout", "stderr"):
+        return OutputEvent(kind, offset=data["offset"], data=data["data"])
+    if kind == "error":
+        raise error_for(503, {"error": data})
+    return OutputEvent(kind)
+
+
+def _events_request(job_id: str) -> dict:
+    # The stream lasts as long as the job: no read timeout.
+    return {"method": "GET", "url": f"/v1/jobs/{job_id}/events", "timeout": httpx.Timeout(30.0, read=None)}
 
 
 def _idempotency(key: Optional[str]) -> dict:
@@ -230,6 +266,26 @@ class Client:
     def run(self, code: str, language: str = "python", **fields: Any) -> Job:
         """Runs a program and returns the finished job, whatever its exit code."""
         return self.wait(self.submit(code, language, **fields))
+
+    def stream(self, job_id: str) -> Iterator[OutputEvent]:
+        """The job's output as it is written: `stdout` and `stderr` chunks
+        (what was written before the call comes first), then one `result`
+        event with the finished job, after which the iterator ends."""
+        try:
+            with self._http.stream(**_events_request(job_id)) as response:
+                if response.status_code >= 400:
+                    response.read()
+                    raise error_for(response.status_code, _body(response))
+                parser = _EventParser()
+                for line in response.iter_lines():
+                    event = parser.feed(line)
+                    if event is not None:
+                        yield event
+                        if event.kind == "result":
+                            return
+        except httpx.HTTPError as e:
+            raise TransportError(f"GET /v1/jobs/{job_id}/events: {e}") from e
+        raise TransportError(f"GET /v1/jobs/{job_id}/events: the stream ended before the result")
 
     def cancel(self, job_id: str) -> Job:
         return Job.from_json(self._request("DELETE", f"/v1/jobs/{job_id}"))
@@ -410,6 +466,24 @@ class AsyncClient:
             job = await self.get(job_id, wait=left)
             if job.done or (deadline is not None and time.monotonic() >= deadline):
                 return job
+
+    async def stream(self, job_id: str) -> AsyncIterator[OutputEvent]:
+        """`Client.stream`, asynchronously."""
+        try:
+            async with self._http.stream(**_events_request(job_id)) as response:
+                if response.status_code >= 400:
+                    await response.aread()
+                    raise error_for(response.status_code, _body(response))
+                parser = _EventParser()
+                async for line in response.aiter_lines():
+                    event = parser.feed(line)
+                    if event is not None:
+                        yield event
+                        if event.kind == "result":
+                            return
+        except httpx.HTTPError as e:
+            raise TransportError(f"GET /v1/jobs/{job_id}/events: {e}") from e
+        raise TransportError(f"GET /v1/jobs/{job_id}/events: the stream ended before the result")
 
     async def run(self, code: str, language: str = "python", **fields: Any) -> Job:
         return await self.wait(await self.submit(code, language, **fields))

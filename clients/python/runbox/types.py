@@ -37,6 +37,9 @@ class Job:
     #: Ran in one of the token's long-lived children that had already run
     #: another of its jobs.
     warm: bool = False
+    #: CPU time (user + system) and peak memory runbox measured for the job.
+    cpu_ms: Optional[int] = None
+    peak_memory_bytes: Optional[int] = None
     created_at: Optional[str] = None
     started_at: Optional[str] = None
     finished_at: Optional[str] = None
@@ -56,6 +59,19 @@ class Job:
         files = [OutputFile(**f) for f in data.get("files") or []]
         known = {k: data[k] for k in cls.__dataclass_fields__ if k in data and k != "files"}
         return cls(files=files, **known)
+
+
+@dataclass(frozen=True)
+class OutputEvent:
+    """One event of a job's live output (`Client.stream`): a chunk of
+    `"stdout"` or `"stderr"` whose `data` starts `offset` bytes into the
+    stream, a `"restart"` (the job runs again from the start on another
+    worker), or the last, `"result"`, with the finished `job`."""
+
+    kind: str
+    offset: int = 0
+    data: str = ""
+    job: Optional[Job] = None
 
 
 @dataclass(frozen=True)

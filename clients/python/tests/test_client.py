@@ -146,3 +146,35 @@ def test_url_and_token_from_the_environment(stack, monkeypatch):
     monkeypatch.delenv("RUNBOX_TOKEN")
     with pytest.raises(ValueError):
         Client()
+
+
+def test_stream_gives_output_as_it_is_written(client):
+    job_id = client.submit("import sys, time\nprint('one', flush=True)\ntime.sleep(1.5)\nprint('two', file=sys.stderr)")
+    seen = []
+    for event in client.stream(job_id):
+        seen.append((event.kind, time.monotonic(), event))
+    kinds = [kind for kind, _, _ in seen]
+    assert kinds[0] == "stdout" and kinds[-1] == "result", kinds
+    first, last = seen[0], seen[-1]
+    assert (first[2].offset, first[2].data) == (0, "one\n")
+    assert last[1] - first[1] >= 1.0, "the first chunk came only at the end"
+    job = last[2].job
+    assert (job.status, job.stdout, job.stderr) == ("completed", "one\n", "two\n")
+    assert "".join(e.data for k, _, e in seen if k == "stderr") == "two\n"
+    # After the end: the output, then the result.
+    again = list(client.stream(job_id))
+    assert [e.kind for e in again][-1] == "result"
+    assert "".join(e.data for e in again if e.kind == "stdout") == "one\n"
+    with pytest.raises(runbox.NotFound):
+        list(client.stream("00000000-0000-4000-8000-000000000000"))
+
+
+def test_async_stream(stack):
+    async def main():
+        async with AsyncClient(stack.url, TOKEN) as client:
+            job_id = await client.submit("console.log('a'); console.log('b')", "javascript")
+            events = [event async for event in client.stream(job_id)]
+            assert "".join(e.data for e in events if e.kind == "stdout") == "a\nb\n"
+            assert events[-1].job.stdout == "a\nb\n"
+
+    asyncio.run(main())

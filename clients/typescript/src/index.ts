@@ -67,11 +67,24 @@ export interface Job {
   files_truncated?: boolean;
   /** Ran in one of the token's long-lived children that had already run another of its jobs. */
   warm?: boolean;
+  /** CPU time (user + system) runbox measured for the job. */
+  cpu_ms?: number | null;
+  /** Peak memory runbox measured for the job. */
+  peak_memory_bytes?: number | null;
   created_at?: string | null;
   started_at?: string | null;
   finished_at?: string | null;
   timings?: Record<string, number | null>;
 }
+
+/** One event of a job's live output (`Client.stream`): a chunk of stdout
+ * or stderr whose `data` starts `offset` bytes into the stream, a
+ * `restart` (the job runs again from the start on another worker), or the
+ * last, `result`, with the finished job. */
+export type OutputEvent =
+  | { kind: "stdout" | "stderr"; offset: number; data: string }
+  | { kind: "restart" }
+  | { kind: "result"; job: Job };
 
 /** A saved state of a session; `createSession({ from_checkpoint })` starts
  * a new session from it until `expires_at`. */
@@ -392,6 +405,48 @@ export class Client {
       }
     }
     if (pending.trim()) yield JSON.parse(pending) as Job;
+  }
+
+  /** The job's output as it is written (what came before the call
+   * first), then one `result` event with the finished job. */
+  async *stream(id: string): AsyncGenerator<OutputEvent> {
+    const response = await this.#send("GET", `/v1/jobs/${encodeURIComponent(id)}/events`);
+    if (response.status >= 400) {
+      const text = await response.text();
+      let body: unknown = text;
+      try {
+        body = JSON.parse(text);
+      } catch { /* not JSON: kept as text */ }
+      throw errorFor(response.status, body);
+    }
+    const decoder = new TextDecoder();
+    let pending = "";
+    for await (const chunk of response.body as unknown as AsyncIterable<Uint8Array>) {
+      pending += decoder.decode(chunk, { stream: true });
+      let end;
+      while ((end = pending.indexOf("\n\n")) >= 0) {
+        const block = pending.slice(0, end);
+        pending = pending.slice(end + 2);
+        let kind = "";
+        const data: string[] = [];
+        for (const line of block.split("\n")) {
+          if (line.startsWith("event:")) kind = line.slice(6).trim();
+          else if (line.startsWith("data:")) data.push(line.slice(5).replace(/^ /, ""));
+        }
+        // A comment (the keep-alive) has no event name.
+        if (!kind) continue;
+        const value = JSON.parse(data.join("\n"));
+        if (kind === "result") {
+          yield { kind, job: value as Job };
+          // Leaving the loop cancels the body.
+          return;
+        }
+        if (kind === "stdout" || kind === "stderr") yield { kind, offset: value.offset, data: value.data };
+        else if (kind === "restart") yield { kind };
+        else if (kind === "error") throw errorFor(503, { error: value });
+      }
+    }
+    throw new TransportError(`GET /v1/jobs/${id}/events: the stream ended before the result`);
   }
 
   // Sessions: state that lasts across execs (see the project README).

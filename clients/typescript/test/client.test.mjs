@@ -93,3 +93,24 @@ test("batch results stream as jobs finish", async () => {
   await cancelled.cancel();
   assert.equal((await cancelled.wait()).counts.cancelled, 1);
 });
+
+test("stream gives output as it is written, then the result", async () => {
+  const id = await client.submit(
+    "console.log('one'); await new Promise((r) => setTimeout(r, 1500)); console.error('two')",
+    "javascript",
+  );
+  const seen = [];
+  for await (const event of client.stream(id)) seen.push({ event, at: Date.now() });
+  const first = seen[0];
+  const last = seen.at(-1);
+  assert.deepEqual(first.event, { kind: "stdout", offset: 0, data: "one\n" });
+  assert.equal(last.event.kind, "result");
+  assert.ok(last.at - first.at >= 1000, "the first chunk came only at the end");
+  assert.equal(last.event.job.stderr, "two\n");
+  const again = [];
+  for await (const event of client.stream(id)) again.push(event);
+  assert.equal(again.filter((e) => e.kind === "stdout").map((e) => e.data).join(""), "one\n");
+  await assert.rejects(async () => {
+    for await (const _ of client.stream("00000000-0000-4000-8000-000000000000")) { /* none */ }
+  }, NotFound);
+});

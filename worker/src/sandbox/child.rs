@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
+use runbox_common::OutputStream::{Stderr, Stdout};
 use runbox_common::{
     InputFile, JobSpec, Language, MAX_RETURN_FILES, MAX_RETURN_FILES_BYTES, Outcome, ReturnFiles, Status,
 };
@@ -22,7 +23,8 @@ use tokio::process::{Child, ChildStderr, ChildStdin, ChildStdout};
 use tokio_util::sync::CancellationToken;
 
 use super::command::{ChildMode, FILES_DIR, deno_command};
-use super::output::{Captured, capture, capture_with_files, returned_files};
+use super::live::Live;
+use super::output::{Captured, capture_into, capture_with_files, returned_files};
 use super::{Sandbox, SandboxError};
 
 /// Written by a harness once it is booted; see `runtime/harness/protocol.mjs`.
@@ -244,7 +246,7 @@ impl BootedChild {
 
     /// Runs `spec` in this child and returns how it ended. The child is gone
     /// afterwards, whatever happened.
-    pub async fn run(self, spec: &JobSpec, sandbox: &Sandbox, cancel: &CancellationToken) -> Outcome {
+    pub async fn run(self, spec: &JobSpec, sandbox: &Sandbox, cancel: &CancellationToken, live: &Live) -> Outcome {
         let BootedChild { mut child, mut stdin, stdout, stderr, dir } = self;
         // The api checks file paths; the worker does not trust it to.
         if let Some(Err(e)) = spec.files.iter().map(|f| InputFile::check_path(&f.path)).find(Result::is_err) {
@@ -296,8 +298,10 @@ impl BootedChild {
         let files_marker = ReturnFrame::of(spec).map(|_| format!("{FILES_MARKER}{nonce}\n").into_bytes());
         let memory_marker = format!("{MEMORY_MARKER}{nonce}\n").into_bytes();
         let (claim, claimed) = tokio::sync::oneshot::channel();
-        let out = tokio::spawn(capture_with_files(stdout, cap, files_marker));
-        let err = tokio::spawn(capture(ClaimWatch::new(stderr, memory_marker.clone(), claim), cap));
+        let out = tokio::spawn(capture_with_files(stdout, Captured::live(live, Stdout, 0), cap, files_marker));
+        // The harness's memory claim ends stderr: held back from `live` until it is taken off.
+        let live_err = Captured::live(live, Stderr, memory_marker.len());
+        let err = tokio::spawn(capture_into(ClaimWatch::new(stderr, memory_marker.clone(), claim), live_err, cap));
 
         let timeout = sandbox.limits.timeout_for(spec);
         let rss_limit = (u64::from(sandbox.limits.memory_mb) + RUNTIME_RSS_ALLOWANCE_MB) * 1024 * 1024;
@@ -348,6 +352,7 @@ impl BootedChild {
             }
             Ending::Exited(exit) => classify(exit, &stderr),
         };
+        stderr.end_live();
         // Removing a directory is blocking file-system work: not on the async threads.
         let _ = tokio::task::spawn_blocking(move || drop(dir)).await;
         let mut outcome = outcome(spec, status, exit_code, signal, &stdout, &stderr, duration);

@@ -473,7 +473,7 @@ fn capture_until_splits_a_shared_stream_at_each_marker() {
         // checks them at length).
         for job in 0..64 {
             let pending_in = pending.len();
-            let (got, after) = runtime.block_on(capture_after(&mut reader, pending, cap, &marker));
+            let (got, after) = runtime.block_on(capture_after(&mut reader, pending, Captured::default(), cap, &marker));
             let found = whole[at..].windows(marker.len()).position(|w| w == &marker[..]);
             let output = &whole[at..at + found.unwrap_or(whole.len() - at)];
             let expected = if job == 0 { expectations(output, change) } else { Vec::new() };
@@ -591,7 +591,8 @@ fn capture_with_files_finds_the_section_after_the_marker() {
         }
         let cap = cap_for(&case.cap, case.output.len());
         let marker = case.asked.then(|| case.marker.to_vec());
-        let (got, section) = runtime.block_on(capture_with_files(case.reads.over(&stream), cap, marker));
+        let (got, section) =
+            runtime.block_on(capture_with_files(case.reads.over(&stream), Captured::default(), cap, marker));
         let whole = &stream[..case.reads.fail_point(stream.len()).unwrap_or(stream.len())];
         let found =
             if case.asked { whole.windows(case.marker.len()).position(|w| w == &case.marker[..]) } else { None };
@@ -830,13 +831,24 @@ fn a_marker_split_anywhere_or_after_a_part_of_itself_is_found() {
         let stream = [b"out", &marker[..part], &marker, b"next"].concat();
         for first in 0..=stream.len() {
             let reads = split_at(first);
-            let (got, rest) = runtime.block_on(capture_after(&mut reads.over(&stream), Vec::new(), 100, &marker));
+            let (got, rest) = runtime.block_on(capture_after(
+                &mut reads.over(&stream),
+                Vec::new(),
+                Captured::default(),
+                100,
+                &marker,
+            ));
             assert_eq!(got.bytes, [b"out", &marker[..part]].concat(), "part {part}, split at {first}");
             let rest = rest.expect("the marker");
             assert!(b"next".starts_with(&rest), "part {part}, split at {first}: {rest:?}");
 
             let files = [b"out", &marker[..part], &marker, br#"{"files":[],"truncated":false}"#].concat();
-            let (got, section) = runtime.block_on(capture_with_files(reads.over(&files), 100, Some(marker.clone())));
+            let (got, section) = runtime.block_on(capture_with_files(
+                reads.over(&files),
+                Captured::default(),
+                100,
+                Some(marker.clone()),
+            ));
             assert_eq!(got.bytes, [b"out", &marker[..part]].concat(), "part {part}, split at {first}");
             assert_eq!(returned_files(&section.expect("a section")), (Vec::new(), false));
         }

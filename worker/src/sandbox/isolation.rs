@@ -8,7 +8,7 @@ use runbox_common::{JobSpec, Language, Status};
 use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 
-use super::{BootedChild, Sandbox, SandboxError};
+use super::{BootedChild, Live, Sandbox, SandboxError};
 
 /// The uid children run as when the worker is root: `nobody`.
 const UNPRIVILEGED_UID: u32 = 65534;
@@ -79,7 +79,7 @@ async fn self_test(sandbox: &Sandbox, isolation: Isolation) -> Result<(), Sandbo
     let trial = Sandbox { isolation, ..sandbox.clone() };
     let spec = JobSpec { timeout_ms: Some(10_000), ..JobSpec::new(Language::Javascript, "console.log(6 * 7)") };
     let child = BootedChild::boot(&trial, Language::Javascript).await?;
-    let outcome = child.run(&spec, &trial, &CancellationToken::new()).await;
+    let outcome = child.run(&spec, &trial, &CancellationToken::new(), &Live::default()).await;
     if outcome.status == Status::Completed && outcome.exit_code == Some(0) && outcome.stdout == "42\n" {
         Ok(())
     } else {

@@ -11,7 +11,8 @@
 //! 3. The language harness boots and says READY; the program and its stdin
 //!    then arrive over the stdin pipe ([`child`]), never as a file.
 //! 4. stdout and stderr are drained concurrently and capped ([`output`]);
-//!    on timeout or cancellation the whole group gets SIGKILL.
+//!    on timeout or cancellation the whole group gets SIGKILL. What the caps
+//!    keep is also handed on as it arrives, for live subscribers ([`Live`]).
 //!
 //! Steps 1 to 3 can happen before the job exists: [`Runner`] keeps a warm
 //! pool of booted children ([`pool`]).
@@ -27,6 +28,7 @@ mod command;
 #[cfg(test)]
 mod fuzz;
 mod isolation;
+mod live;
 mod output;
 mod pool;
 mod runtime;
@@ -42,6 +44,7 @@ use runbox_common::{JobSpec, Timeouts};
 pub use child::BootedChild;
 pub use command::MAX_FILE_BYTES;
 pub use isolation::{Isolation, NetworkIsolation};
+pub use live::Live;
 pub use pool::{PoolConfig, RunReport, Runner};
 pub use runtime::{DEFAULT_RUNTIME_DIR, Runtime, SNAPSHOT_FILE};
 pub use session::{BootedSession, Replayed, Restore, SessionChild, SessionError};

@@ -1,5 +1,9 @@
-use runbox_common::{Compare, InputFile, MAX_RETURN_FILES, MAX_RETURN_FILES_BYTES, OutputDigest, OutputFile};
+use runbox_common::{
+    Compare, InputFile, MAX_RETURN_FILES, MAX_RETURN_FILES_BYTES, OutputDigest, OutputFile, OutputStream,
+};
 use tokio::io::{AsyncRead, AsyncReadExt};
+
+use super::live::Live;
 
 /// Bytes kept of the end of each stream, past the cap: where the harness's
 /// out-of-memory marker and V8's fatal error message are.
@@ -18,9 +22,43 @@ pub struct Captured {
     /// A digest of every byte written, from when more was written than
     /// kept: a verdict is on the whole output, not on the bytes kept.
     digest: Option<Box<OutputDigest>>,
+    /// Where the kept bytes also go as they arrive.
+    live: Option<LiveSide>,
+}
+
+/// A capture's way to a [`Live`].
+#[derive(Debug)]
+struct LiveSide {
+    live: Live,
+    stream: OutputStream,
+    /// Bytes kept back at the end until the stream is over: room for a
+    /// marker the runner takes off, which no subscriber should see.
+    hold: usize,
+    /// How many kept bytes were handed on.
+    sent: usize,
 }
 
 impl Captured {
+    /// An empty capture whose kept bytes are also handed to `live` as they
+    /// arrive, all but the last `hold`, which wait for [`Captured::end_live`].
+    pub fn live(live: &Live, stream: OutputStream, hold: usize) -> Captured {
+        Captured { live: Some(LiveSide { live: live.clone(), stream, hold, sent: 0 }), ..Captured::default() }
+    }
+
+    /// Hands on the bytes held back, once a marker is off or known absent.
+    pub fn end_live(&mut self) {
+        self.send_live(0);
+    }
+
+    fn send_live(&mut self, hold: usize) {
+        let Some(side) = &mut self.live else { return };
+        let upto = self.bytes.len().saturating_sub(hold);
+        if upto > side.sent {
+            side.live.push(side.stream, &self.bytes[side.sent..upto]);
+            side.sent = upto;
+        }
+    }
+
     /// The text the user sees: UTF-8, with invalid bytes replaced.
     pub fn text(&self) -> String {
         String::from_utf8_lossy(&self.bytes).into_owned()
@@ -60,6 +98,9 @@ impl Captured {
             digest.feed(bytes);
         }
         self.bytes.extend_from_slice(&bytes[..keep]);
+        if let Some(hold) = self.live.as_ref().map(|side| side.hold) {
+            self.send_live(hold);
+        }
         self.truncated |= keep < bytes.len();
         self.total += bytes.len();
         self.tail.extend_from_slice(&bytes[bytes.len().saturating_sub(TAIL_BYTES)..]);
@@ -77,8 +118,12 @@ impl Captured {
 /// read and dropped, never buffered, so the child never blocks on a full pipe
 /// and our memory stays bounded whatever it prints; a child that prints
 /// without end is ended by its timeout.
-pub async fn capture(mut stream: impl AsyncRead + Unpin, cap: usize) -> Captured {
-    let mut captured = Captured::default();
+pub async fn capture(stream: impl AsyncRead + Unpin, cap: usize) -> Captured {
+    capture_into(stream, Captured::default(), cap).await
+}
+
+/// [`capture`], continuing `captured`.
+pub async fn capture_into(mut stream: impl AsyncRead + Unpin, mut captured: Captured, cap: usize) -> Captured {
     let mut chunk = vec![0u8; 64 * 1024];
     loop {
         let n = match stream.read(&mut chunk).await {
@@ -95,29 +140,31 @@ pub async fn capture(mut stream: impl AsyncRead + Unpin, cap: usize) -> Captured
 /// bytes read after the marker, or None if the stream ended without one.
 /// Bytes that could be the start of the marker are held back until the
 /// next read settles it, so a marker split across reads is still found.
+#[cfg(test)]
 pub async fn capture_until(
     stream: &mut (impl AsyncRead + Unpin),
     cap: usize,
     marker: &[u8],
 ) -> (Captured, Option<Vec<u8>>) {
-    capture_after(stream, Vec::new(), cap, marker).await
+    capture_after(stream, Vec::new(), Captured::default(), cap, marker).await
 }
 
-/// [`capture_until`], for a stream of which `pending` has been read already.
+/// [`capture_until`], continuing `captured`, for a stream of which `pending`
+/// has been read already.
 pub async fn capture_after(
     stream: &mut (impl AsyncRead + Unpin),
     mut pending: Vec<u8>,
+    mut captured: Captured,
     cap: usize,
     marker: &[u8],
 ) -> (Captured, Option<Vec<u8>>) {
-    let mut captured = Captured::default();
     let mut chunk = vec![0u8; 64 * 1024];
     loop {
         if let Some(at) = pending.windows(marker.len()).position(|w| w == marker) {
             captured.push(&pending[..at], cap);
             return (captured, Some(pending.split_off(at + marker.len())));
         }
-        let settled = pending.len().saturating_sub(marker.len() - 1);
+        let settled = pending.len() - marker_start_at_end(&pending, marker);
         captured.push(&pending[..settled], cap);
         pending.drain(..settled);
         match stream.read(&mut chunk).await {
@@ -130,6 +177,13 @@ pub async fn capture_after(
     }
 }
 
+/// How many bytes at the end of `pending` could be the start of `marker`:
+/// the most that must wait for the next read to tell.
+fn marker_start_at_end(pending: &[u8], marker: &[u8]) -> usize {
+    let longest = pending.len().min(marker.len().saturating_sub(1));
+    (1..=longest).rev().find(|&n| pending.ends_with(&marker[..n])).unwrap_or(0)
+}
+
 /// Largest returned-files section a harness can honestly write: the kept
 /// bytes in base64, plus each file's path and fields.
 pub const FILES_SECTION_LIMIT: usize = MAX_RETURN_FILES_BYTES / 3 * 4 + 4 + MAX_RETURN_FILES * 512 + 64;
@@ -139,11 +193,12 @@ pub const FILES_SECTION_LIMIT: usize = MAX_RETURN_FILES_BYTES / 3 * 4 + 4 + MAX_
 /// `runtime/harness/protocol.mjs`), read to the end.
 pub async fn capture_with_files(
     mut stream: impl AsyncRead + Unpin,
+    captured: Captured,
     cap: usize,
     marker: Option<Vec<u8>>,
 ) -> (Captured, Option<Vec<u8>>) {
-    let Some(marker) = marker else { return (capture(stream, cap).await, None) };
-    let (captured, rest) = capture_until(&mut stream, cap, &marker).await;
+    let Some(marker) = marker else { return (capture_into(stream, captured, cap).await, None) };
+    let (captured, rest) = capture_after(&mut stream, Vec::new(), captured, cap, &marker).await;
     let Some(rest) = rest else { return (captured, None) };
     let mut section = capture(stream, FILES_SECTION_LIMIT).await;
     let mut bytes = rest;
@@ -202,6 +257,24 @@ mod tests {
         let mut got = capture(&b"MARK then more"[..], 100).await;
         assert!(!got.strip_trailing(b"MARK"));
         assert_eq!(got.bytes, b"MARK then more");
+    }
+
+    #[tokio::test]
+    async fn live_output_waits_only_for_what_could_be_a_marker() {
+        use tokio::io::AsyncWriteExt;
+        let (mut writer, mut reader) = tokio::io::duplex(1024);
+        let live = Live::new();
+        let into = Captured::live(&live, OutputStream::Stdout, 0);
+        let capture = tokio::spawn(async move { capture_after(&mut reader, Vec::new(), into, 100, b"\x06END").await });
+        writer.write_all(b"early\n\x06E").await.expect("write");
+        let (chunks, _) = live.take().await.expect("a chunk");
+        assert_eq!(chunks[0].data, b"early\n", "sent before the job went on");
+        writer.write_all(b"x\x06END").await.expect("write");
+        let (got, rest) = capture.await.expect("capture");
+        assert_eq!((got.text().as_str(), rest), ("early\n\x06Ex", Some(Vec::new())));
+        live.close();
+        let (chunks, _) = live.take().await.expect("the rest");
+        assert_eq!(chunks[0].data, b"\x06Ex");
     }
 
     #[tokio::test]

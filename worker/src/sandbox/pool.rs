@@ -34,7 +34,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::command::ChildMode;
 use super::shared::{self, SharedChild, WarmConfig};
-use super::{BootedChild, Sandbox, SharedLane};
+use super::{BootedChild, Live, Sandbox, SharedLane};
 
 /// How long a burst of demand keeps the pool large.
 const DEMAND_WINDOW: Duration = Duration::from_secs(60);
@@ -171,22 +171,28 @@ impl Runner {
     /// if its spec names an owner and the lane takes it, else in a fresh
     /// child of its own.
     pub async fn run(&self, spec: &JobSpec, cancel: &CancellationToken) -> RunReport {
+        self.run_live(spec, cancel, &Live::default()).await
+    }
+
+    /// [`Runner::run`], handing the output the job's caps keep to `live` as
+    /// it is written.
+    pub async fn run_live(&self, spec: &JobSpec, cancel: &CancellationToken, live: &Live) -> RunReport {
         // Held for the whole run, in every lane, so warming sees exactly
         // how many slots are taken.
         let _busy = self.pool.as_ref().map(|pool| pool.busy());
         match SharedLane::takes(spec) {
-            Some(owner) => self.run_shared(owner, spec, cancel).await,
-            None => self.run_single(spec, cancel).await,
+            Some(owner) => self.run_shared(owner, spec, cancel, live).await,
+            None => self.run_single(spec, cancel, live).await,
         }
     }
 
     /// Runs `spec` in a warm child of `owner`, or else in a fresh shared
     /// child, which then stays warm for `owner` if it may.
-    async fn run_shared(&self, owner: &str, spec: &JobSpec, cancel: &CancellationToken) -> RunReport {
+    async fn run_shared(&self, owner: &str, spec: &JobSpec, cancel: &CancellationToken, live: &Live) -> RunReport {
         let kind = shared::Kind::of(spec.language);
         let waiting = Instant::now();
         if let Some(child) = self.shared.take(owner, kind).await {
-            let outcome = self.shared.run(owner, child, spec, cancel).await;
+            let outcome = self.shared.run(owner, child, spec, cancel, live).await;
             return RunReport { outcome, boot: Duration::ZERO };
         }
         // Only Python children are pooled: a JS child boots in tens of
@@ -200,7 +206,7 @@ impl Runner {
             _ => (SharedChild::boot(&self.sandbox, kind, ChildMode::Shared).await, waiting.elapsed()),
         };
         let outcome = match child {
-            Ok(child) => self.shared.run(owner, child, spec, cancel).await,
+            Ok(child) => self.shared.run(owner, child, spec, cancel, live).await,
             Err(e) => {
                 tracing::error!(error = %e, "sandbox failed to start a shared child");
                 Outcome::internal_error("runbox could not start the sandbox for this job")
@@ -212,7 +218,7 @@ impl Runner {
     }
 
     /// Runs `spec` in a single-use child: a warm one if the pool has it.
-    async fn run_single(&self, spec: &JobSpec, cancel: &CancellationToken) -> RunReport {
+    async fn run_single(&self, spec: &JobSpec, cancel: &CancellationToken, live: &Live) -> RunReport {
         let waiting = Instant::now();
         let (warm, demand) = match &self.pool {
             Some(pool) => pool.take(Kind::single(spec.language)).await,
@@ -223,7 +229,7 @@ impl Runner {
             _ => (BootedChild::boot(&self.sandbox, spec.language).await, waiting.elapsed()),
         };
         let outcome = match child {
-            Ok(child) => child.run(spec, &self.sandbox, cancel).await,
+            Ok(child) => child.run(spec, &self.sandbox, cancel, live).await,
             Err(e) => {
                 tracing::error!(error = %e, language = %spec.language, "sandbox failed to start a child");
                 Outcome::internal_error("runbox could not start the sandbox for this job")

@@ -19,6 +19,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::child::kill_group;
 use super::command::ChildMode;
+use super::live::Live;
 use super::shared::{Bounds, Ending, Exchange, Kind, SharedChild};
 use super::{Sandbox, SandboxError};
 
@@ -156,6 +157,7 @@ impl BootedSession {
             stderr_cap: MESSAGE_CAP,
             max_bytes: 0,
             memory_mb: self.memory_mb,
+            live: Live::default(),
         };
         // Replayed programs' output is dropped: only the end matters.
         let exchange = exchange(&mut inner, &frame, memory, &nonce, &bounds).await;
@@ -185,8 +187,15 @@ impl SessionChild {
 
     /// Runs one exec. Returns its outcome and whether the session lives on:
     /// false when the child was killed (hard timeout, memory, cancel) or died.
-    pub async fn exec(&mut self, spec: &JobSpec, sandbox: &Sandbox, cancel: &CancellationToken) -> (Outcome, bool) {
-        let (outcome, alive) = self.inner.run(spec, sandbox, cancel).await;
+    /// The output its caps keep goes to `live` as it is written.
+    pub async fn exec(
+        &mut self,
+        spec: &JobSpec,
+        sandbox: &Sandbox,
+        cancel: &CancellationToken,
+        live: &Live,
+    ) -> (Outcome, bool) {
+        let (outcome, alive) = self.inner.run(spec, sandbox, cancel, live).await;
         if alive && self.inner.kind == Kind::Js {
             let timeout_ms = u64::try_from(sandbox.limits.timeout_for(spec).as_millis()).unwrap_or(u64::MAX);
             self.replay.push(Replayed { code: spec.code.clone(), timeout_ms });
@@ -208,6 +217,7 @@ impl SessionChild {
             stderr_cap: MESSAGE_CAP,
             max_bytes: max_checkpoint_bytes(self.memory_mb),
             memory_mb: self.memory_mb,
+            live: Live::default(),
         };
         let exchange = exchange(&mut self.inner, &frame, &[], &nonce, &bounds).await;
         match exchange.ending {

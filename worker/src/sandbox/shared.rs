@@ -49,6 +49,7 @@
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
+use runbox_common::OutputStream::{Stderr, Stdout};
 use runbox_common::{InputFile, JobSpec, Language, MAX_RETURN_FILES, Outcome, OutputFile, Status};
 use tempfile::TempDir;
 use tokio::io::AsyncReadExt;
@@ -61,7 +62,8 @@ use super::child::{
     cpu_time, give_to_child, job_dir, kill_group, outcome, watch_rss,
 };
 use super::command::{ChildMode, deno_command};
-use super::output::{Captured, capture_until};
+use super::live::Live;
+use super::output::{Captured, capture_after};
 use super::{Sandbox, SandboxError};
 
 /// What the harness writes after each job, before the job's nonce.
@@ -173,11 +175,12 @@ impl SharedLane {
         mut child: SharedChild,
         spec: &JobSpec,
         cancel: &CancellationToken,
+        live: &Live,
     ) -> Outcome {
         debug_assert!(child.lane.as_deref().is_none_or(|lane| lane == owner), "a child changed owners");
         child.lane = Some(owner.to_owned());
         let warm = child.jobs > 0;
-        let (mut outcome, reusable) = child.run(spec, &self.sandbox, cancel).await;
+        let (mut outcome, reusable) = child.run(spec, &self.sandbox, cancel, live).await;
         outcome.warm = warm;
         if reusable {
             self.put(child);
@@ -360,6 +363,8 @@ pub(super) struct Bounds {
     /// Raw bytes a report may announce.
     pub max_bytes: usize,
     pub memory_mb: u32,
+    /// Where the job's kept output goes as it is written.
+    pub live: Live,
 }
 
 impl SharedChild {
@@ -474,6 +479,7 @@ impl SharedChild {
         spec: &JobSpec,
         sandbox: &Sandbox,
         cancel: &CancellationToken,
+        live: &Live,
     ) -> (Outcome, bool) {
         // The api checks file paths; the worker does not trust it to.
         if let Some(Err(e)) = spec.files.iter().map(|f| InputFile::check_path(&f.path)).find(Result::is_err) {
@@ -503,7 +509,15 @@ impl SharedChild {
         };
         let cap = sandbox.limits.max_output_bytes;
         let memory_mb = sandbox.limits.memory_mb;
-        let bounds = Bounds { deadline, from_start: true, stdout_cap: cap, stderr_cap: cap, max_bytes: 0, memory_mb };
+        let bounds = Bounds {
+            deadline,
+            from_start: true,
+            stdout_cap: cap,
+            stderr_cap: cap,
+            max_bytes: 0,
+            memory_mb,
+            live: live.clone(),
+        };
         let exchange = self.exchange(&frame, &[], &nonce, &bounds, cancel).await;
         let Exchange { ending, stdout, stderr, files, duration, usage, .. } = exchange;
         // A session lives on after any exec its harness finished, whatever
@@ -607,8 +621,9 @@ impl SharedChild {
                 }
             }
         };
-        let mut out = std::pin::pin!(capture_until(&mut self.stdout, bounds.stdout_cap, &marker));
-        let mut err = std::pin::pin!(capture_until(&mut self.stderr, bounds.stderr_cap, &marker));
+        let (out, err) = (Captured::live(&bounds.live, Stdout, 0), Captured::live(&bounds.live, Stderr, 0));
+        let mut out = std::pin::pin!(capture_after(&mut self.stdout, Vec::new(), out, bounds.stdout_cap, &marker));
+        let mut err = std::pin::pin!(capture_after(&mut self.stderr, Vec::new(), err, bounds.stderr_cap, &marker));
         let mut reports = std::pin::pin!(reports);
         let clock = async {
             if bounds.from_start && tokio::time::timeout(BOOT_TIMEOUT, started_now.notified()).await.is_err() {

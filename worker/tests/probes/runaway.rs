@@ -4,7 +4,7 @@
 use std::time::{Duration, Instant};
 
 use runbox_common::{Language, Status};
-use runbox_worker::sandbox::BootedChild;
+use runbox_worker::sandbox::{BootedChild, Live};
 use tokio_util::sync::CancellationToken;
 
 use crate::util::*;
@@ -18,7 +18,7 @@ async fn times_out(language: Language, code: &str) {
     let mut job = spec(language, code);
     job.timeout_ms = Some(TIMEOUT_MS);
     let started = Instant::now();
-    let outcome = child.run(&job, sandbox, &CancellationToken::new()).await;
+    let outcome = child.run(&job, sandbox, &CancellationToken::new(), &Live::default()).await;
     let elapsed = started.elapsed();
 
     assert_status(&outcome, Status::Timeout);
@@ -76,7 +76,7 @@ async fn cancellation_kills_the_child() {
         tokio::time::sleep(Duration::from_millis(300)).await;
         trigger.cancel();
     });
-    let outcome = child.run(&spec(Js, "for (;;) {}"), sandbox, &cancel).await;
+    let outcome = child.run(&spec(Js, "for (;;) {}"), sandbox, &cancel, &Live::default()).await;
     assert_status(&outcome, Status::Cancelled);
     assert!(outcome.duration_ms < 1300, "{outcome:#?}");
     let group = nix::unistd::Pid::from_raw(i32::try_from(pid).expect("pid fits"));

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use runbox_common::{JobSpec, Language, Outcome, SessionOp, SessionTask, Status, Timeouts, Verdict};
 use runbox_worker::sandbox::{
-    Limits, PoolConfig, Restore, Runner, Runtime, Sandbox, SessionChild, SharedLane, WarmConfig,
+    Limits, Live, PoolConfig, Restore, Runner, Runtime, Sandbox, SessionChild, SharedLane, WarmConfig,
 };
 use tokio::sync::OnceCell;
 use tokio_util::sync::CancellationToken;
@@ -84,7 +84,7 @@ pub async fn run_on(runner: &Runner, spec: &JobSpec) -> Outcome {
             SessionChild::open(runner.sandbox(), spec.language, Restore::Fresh).await.expect("session opens");
         let task = SessionTask { id: "probe".into(), op: SessionOp::Exec };
         let exec = JobSpec { session: Some(task), ..spec.clone() };
-        return session.exec(&exec, runner.sandbox(), &CancellationToken::new()).await.0;
+        return session.exec(&exec, runner.sandbox(), &CancellationToken::new(), &Live::default()).await.0;
     }
     if in_shared_lane()
         && let Some(outcome) = run_in_shared_lane(runner, spec).await

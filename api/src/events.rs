@@ -1,0 +1,178 @@
+//! `GET /v1/jobs/{id}/events`: a job's output as it is written, as
+//! Server-Sent Events, then its result.
+//!
+//! Events, in order:
+//!
+//! - `stdout` / `stderr`: `{"offset": n, "data": "..."}`, a chunk of the
+//!   stream starting `n` bytes in. Chunks end on whole characters, and
+//!   together they are the job object's `stdout` and `stderr`.
+//! - `restart`: `{}`, when the job is run again from the start (its worker
+//!   died and another took it over); the offsets start again from 0.
+//! - `result`: the job object, once the job is final; the stream ends.
+//!
+//! A subscriber that comes late gets what was written so far first; one
+//! that comes after the end gets the job's output as one chunk per stream,
+//! then the result. The chunks come from the job's live stream in Redis
+//! (see `runbox_common`'s `live` module), so any api replica can serve any
+//! job, and this process reads it only when told it grew.
+
+use std::convert::Infallible;
+use std::time::Duration;
+
+use axum::extract::{Path, State};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use futures_util::{Stream, StreamExt, stream};
+use runbox_common::{JobRecord, LiveEntry, OutputStream, QueueError};
+use serde_json::json;
+
+use crate::AppState;
+use crate::auth::Caller;
+use crate::error::ApiError;
+use crate::jobs::{JobView, RECHECK_EVERY, owned, wait_for};
+
+/// Streams job `id`'s output and then its result.
+#[utoipa::path(
+    get,
+    path = "/v1/jobs/{id}/events",
+    tag = "jobs",
+    params(crate::jobs::JobId),
+    responses(
+        (status = 200, description = "`text/event-stream`: `stdout` and `stderr` events (`{offset, data}`), `restart` if the job is run again, then one `result` event with the job object.", content_type = "text/event-stream", body = String),
+        (status = 404, description = "`not_found`: no such job, or another token's.", body = crate::openapi::ErrorBody),
+        (status = 401, description = "`unauthorized`.", body = crate::openapi::ErrorBody),
+    ),
+)]
+pub async fn stream(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
+    let record = owned(wait_for(&state, &id, Duration::ZERO).await?, &caller)?;
+    let watch = Watch { state, id, after: "0".to_owned(), sent: [0, 0], first: Some(record), over: false };
+    let events = stream::unfold(watch, Watch::next).flat_map(stream::iter).map(Ok);
+    Ok(Sse::new(events).keep_alive(KeepAlive::default()))
+}
+
+/// Where one subscriber is in one job's stream.
+struct Watch {
+    state: AppState,
+    id: String,
+    /// The live stream's last entry sent.
+    after: String,
+    /// Bytes of stdout and of stderr sent.
+    sent: [u64; 2],
+    /// The job as read when the subscriber came.
+    first: Option<JobRecord>,
+    over: bool,
+}
+
+impl Watch {
+    /// The next events to send, waiting for them if there are none yet;
+    /// None once the result was sent.
+    async fn next(mut self) -> Option<(Vec<Event>, Watch)> {
+        if self.over {
+            return None;
+        }
+        let (output, done) = (self.state.watchers.register(&self.id), self.state.waiters.register(&self.id));
+        // The job is read at first and whenever it may have ended; its
+        // output whenever it grew.
+        let mut read_job = true;
+        loop {
+            let grew = output.notify.notified();
+            let ended = done.notify.notified();
+            tokio::pin!(grew, ended);
+            grew.as_mut().enable();
+            ended.as_mut().enable();
+            let record = match self.first.take() {
+                Some(record) => Some(record),
+                None if read_job => match self.state.queue.get(&self.id).await {
+                    Ok(record) => record,
+                    Err(e) => return Some((vec![failure(&e)], self.ended())),
+                },
+                None => None,
+            };
+            // Read after the job: a job found final has all its chunks in.
+            let mut events = match self.chunks().await {
+                Ok(events) => events,
+                Err(e) => return Some((vec![failure(&e)], self.ended())),
+            };
+            match record {
+                // Gone (expired) while watched: nothing more will come.
+                None if read_job => return Some((events, self.ended())),
+                Some(record) if record.status.is_final() => {
+                    events.extend(self.rest(&record));
+                    events.push(Event::default().event("result").json_data(JobView::from(record)).unwrap_or_default());
+                    return Some((events, self.ended()));
+                }
+                _ => {}
+            }
+            if !events.is_empty() {
+                return Some((events, self));
+            }
+            if self.state.stopping.is_cancelled() {
+                return None;
+            }
+            read_job = tokio::select! {
+                () = grew => false,
+                () = ended => true,
+                () = tokio::time::sleep(RECHECK_EVERY) => true,
+                () = self.state.stopping.cancelled() => true,
+            };
+        }
+    }
+
+    fn ended(mut self) -> Watch {
+        self.over = true;
+        self
+    }
+
+    /// Every chunk the live stream holds past what was sent.
+    async fn chunks(&mut self) -> Result<Vec<Event>, QueueError> {
+        let mut events = Vec::new();
+        loop {
+            let entries = self.state.queue.read_output(&self.id, &self.after).await?;
+            let Some(last) = entries.last() else { return Ok(events) };
+            self.after = last.id.clone();
+            for LiveEntry { chunk, .. } in entries {
+                let side = chunk.stream as usize;
+                if chunk.offset < self.sent[side] {
+                    // Written from the start again: a new attempt.
+                    events.push(Event::default().event("restart").data("{}"));
+                    self.sent = [0, 0];
+                }
+                self.sent[side] = chunk.offset + chunk.data.len() as u64;
+                events.push(chunk_event(chunk.stream, chunk.offset, &String::from_utf8_lossy(&chunk.data)));
+            }
+        }
+    }
+
+    /// What the finished job's output holds past the chunks sent: all of
+    /// it for a subscriber that came after the end, or after the live
+    /// stream expired.
+    fn rest(&mut self, record: &JobRecord) -> Vec<Event> {
+        let Some(outcome) = &record.outcome else { return Vec::new() };
+        [(OutputStream::Stdout, &outcome.stdout), (OutputStream::Stderr, &outcome.stderr)]
+            .into_iter()
+            .filter_map(|(stream, text)| {
+                let from = usize::try_from(self.sent[stream as usize]).ok()?;
+                let rest = text.get(from..).filter(|rest| !rest.is_empty())?;
+                self.sent[stream as usize] = text.len() as u64;
+                Some(chunk_event(stream, from as u64, rest))
+            })
+            .collect()
+    }
+}
+
+fn chunk_event(stream: OutputStream, offset: u64, data: &str) -> Event {
+    Event::default().event(stream.as_str()).json_data(json!({ "offset": offset, "data": data })).unwrap_or_default()
+}
+
+/// The stream's end when Redis fails mid-way: the client reads the job
+/// object instead.
+fn failure(e: &QueueError) -> Event {
+    tracing::warn!(error = %e, "live output stream broke off");
+    Event::default().event("error").data(
+        json!({ "error": "unavailable", "message": "the live output stream broke off; read the job object" })
+            .to_string(),
+    )
+}
