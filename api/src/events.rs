@@ -24,6 +24,7 @@ use axum::response::sse::{Event, KeepAlive, Sse};
 use futures_util::{Stream, StreamExt, stream};
 use runbox_common::{JobRecord, LiveEntry, OutputStream, QueueError};
 use serde_json::json;
+use tokio::time::Instant;
 
 use crate::AppState;
 use crate::auth::Caller;
@@ -48,9 +49,21 @@ pub async fn stream(
     Path(id): Path<String>,
 ) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
     let record = owned(wait_for(&state, &id, Duration::ZERO).await?, &caller)?;
-    let watch = Watch { state, id, after: "0".to_owned(), sent: [0, 0], first: Some(record), over: false };
+    Ok(events(state, id, Some(record), None))
+}
+
+/// The event stream of job `id`, which the caller owns; `first` is the job
+/// as just read, if it was. Past `deadline`, if the job is not final by
+/// then, the stream ends with an `error` event.
+pub(crate) fn events(
+    state: AppState,
+    id: String,
+    first: Option<JobRecord>,
+    deadline: Option<Instant>,
+) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
+    let watch = Watch { state, id, after: "0".to_owned(), sent: [0, 0], first, deadline, over: false };
     let events = stream::unfold(watch, Watch::next).flat_map(stream::iter).map(Ok);
-    Ok(Sse::new(events).keep_alive(KeepAlive::default()))
+    Sse::new(events).keep_alive(KeepAlive::default())
 }
 
 /// Where one subscriber is in one job's stream.
@@ -63,6 +76,8 @@ struct Watch {
     sent: [u64; 2],
     /// The job as read when the subscriber came.
     first: Option<JobRecord>,
+    /// When to stop waiting for a job that should have ended.
+    deadline: Option<Instant>,
     over: bool,
 }
 
@@ -112,10 +127,19 @@ impl Watch {
             if self.state.stopping.is_cancelled() {
                 return None;
             }
+            if self.deadline.is_some_and(|deadline| Instant::now() >= deadline) {
+                let message = "the exec did not end in time; its worker may have stopped: read the job object";
+                let event = Event::default()
+                    .event("error")
+                    .data(json!({ "error": "unavailable", "message": message }).to_string());
+                return Some((vec![event], self.ended()));
+            }
+            let recheck = Instant::now() + RECHECK_EVERY;
+            let recheck = self.deadline.map_or(recheck, |deadline| recheck.min(deadline));
             read_job = tokio::select! {
                 () = grew => false,
                 () = ended => true,
-                () = tokio::time::sleep(RECHECK_EVERY) => true,
+                () = tokio::time::sleep_until(recheck) => true,
                 () = self.state.stopping.cancelled() => true,
             };
         }

@@ -213,7 +213,7 @@ pub async fn destroy(
     params(SessionId),
     request_body(content = crate::openapi::ExecRequest, content_type = "application/json"),
     responses(
-        (status = 200, description = "The exec's job, and the session after it.", body = ExecView),
+        (status = 200, description = "The exec's job, and the session after it. With `Accept: text/event-stream`: the exec's output as it is written, then its job object, as `GET /v1/jobs/{id}/events` streams them.", body = ExecView),
         (status = 202, description = "Still running after its timeout plus a margin; poll `GET /v1/jobs/{id}`.", body = crate::openapi::Accepted),
         (status = 400, description = "`invalid_json`, `invalid_field` or `unknown_field`.", body = crate::openapi::ErrorBody),
         (status = 409, description = "`session_busy`: another exec or a checkpoint is running, or it is starting.", body = crate::openapi::ErrorBody),
@@ -235,6 +235,11 @@ pub async fn exec(
 ) -> Result<Response, ApiError> {
     let body = json_body(&headers, body, state.config.limits.max_body_bytes())?;
     let fields = validate::json_object(&body)?;
+    if wants_events(&headers) {
+        let Handed { job, timeout, .. } = send_exec(&state, &caller, &id, fields).await?;
+        let deadline = tokio::time::Instant::now() + timeout + EXEC_MARGIN;
+        return Ok(crate::events::events(state, job, None, Some(deadline)).into_response());
+    }
     match exec_in(&state, &caller, &id, fields).await? {
         Executed::Done(view) => Ok(Json(view).into_response()),
         Executed::Pending(job) => {
@@ -460,12 +465,36 @@ struct Ran {
     restored: Option<String>,
 }
 
-async fn run_exec(
+async fn run_exec(state: &AppState, caller: &Caller, id: &str, fields: Map<String, Value>) -> Result<Ran, ApiError> {
+    let Handed { job, timeout, worker, session, restored } = send_exec(state, caller, id, fields).await?;
+    let record = wait_on_worker(state, &job, &worker, timeout + EXEC_MARGIN).await?;
+    Ok(Ran { job, record, session, restored })
+}
+
+/// An exec handed to its session's worker.
+struct Handed {
+    job: String,
+    timeout: Duration,
+    worker: String,
+    session: SessionRecord,
+    restored: Option<String>,
+}
+
+/// Whether the request asks for its answer as Server-Sent Events.
+fn wants_events(headers: &HeaderMap) -> bool {
+    headers
+        .get(axum::http::header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|accept| accept.contains("text/event-stream"))
+}
+
+/// Checks an exec and hands it to the session's worker.
+async fn send_exec(
     state: &AppState,
     caller: &Caller,
     id: &str,
     mut fields: Map<String, Value>,
-) -> Result<Ran, ApiError> {
+) -> Result<Handed, ApiError> {
     allow_only(&fields, EXEC_FIELDS)?;
     let (session, restored) = ready(state, caller, id).await?;
     fields.insert("language".into(), Value::String(session.language.as_str().into()));
@@ -480,8 +509,7 @@ async fn run_exec(
     spec.session = Some(SessionTask { id: id.to_owned(), op: SessionOp::Exec });
     let worker = session.worker.clone().unwrap_or_default();
     let job = send(state, caller, &session, &worker, &spec, true).await?;
-    let record = wait_on_worker(state, &job, &worker, timeout + EXEC_MARGIN).await?;
-    Ok(Ran { job, record, session, restored })
+    Ok(Handed { job, timeout, worker, session, restored })
 }
 
 /// Takes a checkpoint of session `id` and returns what was stored.

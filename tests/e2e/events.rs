@@ -20,6 +20,11 @@ struct Sse {
 async fn events(api: &Api, id: &str, token: &str, limit: Duration) -> (u16, Vec<Sse>) {
     let response =
         api.http.get(api.url(&format!("/v1/jobs/{id}/events"))).bearer_auth(token).send().await.expect("events");
+    read_events(response, limit).await
+}
+
+/// Reads an event stream to its end (the `result` event), within `limit`.
+async fn read_events(response: reqwest::Response, limit: Duration) -> (u16, Vec<Sse>) {
     let status = response.status().as_u16();
     if status != 200 {
         return (status, Vec::new());
@@ -161,4 +166,39 @@ async fn another_tokens_job_has_no_stream() {
     assert_eq!(status, 404);
     let (status, _) = events(&stack.api, "not-a-job", ALICE, Duration::from_secs(10)).await;
     assert_eq!(status, 404);
+}
+
+#[tokio::test]
+async fn a_session_exec_streams_when_asked() {
+    let stack = Stack::start(&[]).await;
+    let http = &stack.api.http;
+    let session: Value = http
+        .post(stack.api.url("/v1/sessions"))
+        .bearer_auth(ALICE)
+        .json(&json!({ "language": "python" }))
+        .send()
+        .await
+        .expect("create")
+        .json()
+        .await
+        .expect("session");
+    let id = session["id"].as_str().expect("session id");
+    let exec = |code: &str| {
+        http.post(stack.api.url(&format!("/v1/sessions/{id}/exec")))
+            .bearer_auth(ALICE)
+            .header("accept", "text/event-stream")
+            .json(&json!({ "code": code }))
+            .send()
+    };
+    let response =
+        exec("import time\nx = 41\nprint('start', flush=True)\ntime.sleep(1.5)\nprint('end')").await.expect("exec");
+    let (status, got) = read_events(response, Duration::from_secs(60)).await;
+    assert_eq!(status, 200);
+    let end = got.last().expect("result").at;
+    assert_eq!(got[0].data, json!({ "offset": 0, "data": "start\n" }), "{got:?}");
+    assert!(end.duration_since(got[0].at) >= Duration::from_millis(1000), "{got:?}");
+    assert_eq!(result(&got)["stdout"], "start\nend\n");
+    // The session lives on, with its state, for the next exec.
+    let (_, got) = read_events(exec("print(x + 1)").await.expect("exec"), Duration::from_secs(60)).await;
+    assert_eq!(joined(&got, "stdout"), "42\n", "{got:?}");
 }
