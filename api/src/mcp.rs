@@ -32,10 +32,12 @@ use std::time::Duration;
 use axum::http::request::Parts;
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::tool::{Extension, schema_for_input, schema_for_output};
-use rmcp::model::{CallToolResult, ContentBlock, JsonObject};
+use rmcp::model::{
+    CallToolResult, ContentBlock, JsonObject, ProgressNotificationParam, ProgressToken, RequestMetaObject,
+};
 use rmcp::transport::streamable_http_server::session::never::NeverSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
-use rmcp::{ErrorData, tool, tool_handler, tool_router};
+use rmcp::{ErrorData, Peer, RoleServer, tool, tool_handler, tool_router};
 use runbox_common::{JobRecord, Status, now_rfc3339};
 use schemars::JsonSchema;
 use serde::Serialize;
@@ -157,15 +159,18 @@ impl McpServer {
         &self,
         Extension(parts): Extension<Parts>,
         abandoned: CancellationToken,
+        peer: Peer<RoleServer>,
+        meta: RequestMetaObject,
         args: JsonObject,
     ) -> Result<CallToolResult, ErrorData> {
+        let progress = meta.get_progress_token().map(|token| Progress { peer, token });
         let caller = caller(&parts)?;
         // rmcp cancels the token when the client disconnects (or cancels the
         // request) but lets the handler run on; stopping here drops the
         // pending run, which cancels the job.
         // rmcp runs the tool in a task of its own, outside the request's span.
         let span = tracing::info_span!("mcp_tool", tool = "run_code", caller = %caller.0);
-        let run = tracing::Instrument::instrument(self.run(&caller, &args), span);
+        let run = tracing::Instrument::instrument(self.run(&caller, &args, progress), span);
         tokio::select! {
             result = run => Ok(result.unwrap_or_else(tool_error)),
             () = abandoned.cancelled() => Err(ErrorData::internal_error("the request was abandoned", None)),
@@ -357,7 +362,14 @@ fn structured(value: &impl Serialize) -> CallToolResult {
 impl McpServer {
     /// Queues `args` as a job, exactly as `POST /v1/jobs` would, and waits
     /// for its result.
-    async fn run(&self, caller: &Caller, args: &JsonObject) -> Result<CallToolResult, ApiError> {
+    /// With `progress`, what the program writes goes to the client as
+    /// progress notifications while it runs.
+    async fn run(
+        &self,
+        caller: &Caller,
+        args: &JsonObject,
+        progress: Option<Progress>,
+    ) -> Result<CallToolResult, ApiError> {
         if let Some(unknown) = args.keys().find(|k| !RUN_CODE_ARGS.contains(&k.as_str())) {
             return Err(ApiError::UnknownField(format!(
                 "unknown argument {unknown:?}; run_code takes {}",
@@ -370,7 +382,14 @@ impl McpServer {
         // Dropped, and so the job cancelled, when the call is abandoned too.
         let mut pending = CancelOnDrop { state: self.state.clone(), id: Some(queued.id.clone()) };
         let run_for = Duration::from_millis(spec.timeout_ms.unwrap_or(limits.timeouts.default_ms()));
-        let record = jobs::wait_for(&self.state, &queued.id, run_for + QUEUE_PATIENCE).await?;
+        let waiting = jobs::wait_for(&self.state, &queued.id, run_for + QUEUE_PATIENCE);
+        let record = match progress {
+            Some(progress) => tokio::select! {
+                record = waiting => record,
+                () = progress.report(&self.state, &queued.id) => unreachable!("reports until dropped"),
+            },
+            None => waiting.await,
+        }?;
         let Some(record) = record.filter(|r| r.status.is_final()) else {
             let why = if self.state.stopping.is_cancelled() {
                 "the api is restarting".to_owned()
@@ -381,6 +400,42 @@ impl McpServer {
         };
         pending.id = None;
         Ok(run_result(record, limits))
+    }
+}
+
+/// Where a `run_code` call that sent a progress token gets its job's output
+/// as it is written.
+struct Progress {
+    peer: Peer<RoleServer>,
+    token: ProgressToken,
+}
+
+impl Progress {
+    /// Sends job `id`'s live output as progress notifications, each with
+    /// the bytes written so far as its progress and the chunk as its
+    /// message, until dropped. Best effort: the result carries all of it.
+    async fn report(self, state: &AppState, id: &str) {
+        let output = state.watchers.register(id);
+        let (mut after, mut bytes) = ("0".to_owned(), 0u64);
+        loop {
+            let grew = output.notify.notified();
+            tokio::pin!(grew);
+            grew.as_mut().enable();
+            for entry in state.queue.read_output(id, &after).await.unwrap_or_default() {
+                after = entry.id;
+                bytes += entry.chunk.data.len() as u64;
+                let text = String::from_utf8_lossy(&entry.chunk.data);
+                let message = format!("{}: {text}", entry.chunk.stream.as_str());
+                let note = ProgressNotificationParam::new(self.token.clone(), bytes as f64).with_message(message);
+                if self.peer.notify_progress(note).await.is_err() {
+                    return std::future::pending().await;
+                }
+            }
+            tokio::select! {
+                () = grew => {}
+                () = tokio::time::sleep(jobs::RECHECK_EVERY) => {}
+            }
+        }
     }
 }
 

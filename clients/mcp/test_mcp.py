@@ -246,3 +246,24 @@ def test_session_tools_say_that_state_lasts_only_inside_a_session():
     assert "State lasts only inside a session" in tools["run_code"].description
     assert "no network" in tools["create_session"].description
     assert "destroy_session" in tools["create_session"].description
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_run_code_reports_output_as_progress_while_it_runs(mode):
+    notes = []
+
+    async def progress(done, total, message):
+        notes.append((time.monotonic(), done, message))
+
+    code = "import time\nprint('halfway', flush=True)\ntime.sleep(1.5)\nprint('done')"
+
+    async def work(client):
+        result = await client.call_tool("run_code", {"language": "python", "code": code}, progress_callback=progress)
+        return result, time.monotonic()
+
+    result, ended = call(mode, work)
+    assert result.structured_content["stdout"] == "halfway\ndone\n"
+    assert notes, "no progress notification came"
+    at, done, message = notes[0]
+    assert (done, message) == (len("halfway\n"), "stdout: halfway\n")
+    assert ended - at >= 1.0, "the first notification came only at the end"
