@@ -34,7 +34,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use base64::Engine;
-use runbox_common::{JobRecord, Language, Status, Verdict};
+use runbox_common::{JobRecord, Language, Outcome, Status, Verdict};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
@@ -505,9 +505,16 @@ fn submission(record: &JobRecord, note: Option<&Note>, base64: bool) -> Map<Stri
     put("status_id", json!(status.id()));
     put("created_at", timestamp(record.created_at.as_deref()));
     put("finished_at", timestamp(record.finished_at.as_deref()));
-    // Judge0's `time` is CPU time; a result stored before runbox measured
-    // it has only its wall time, which is given instead.
-    put("time", seconds(outcome.map(|o| o.cpu_ms.unwrap_or(o.duration_ms))));
+    // Judge0's `time` is CPU time. A job stopped at its time limit gets its
+    // wall time, because that is the limit runbox enforces: a client that
+    // checks `time` against its limit for a time-limit verdict sees it
+    // reached (the job may have been sleeping). A result stored before
+    // runbox measured CPU time has only its wall time, too.
+    let time = |o: &Outcome| match o.cpu_ms {
+        Some(cpu_ms) if o.status != Status::Timeout => cpu_ms,
+        _ => o.duration_ms,
+    };
+    put("time", seconds(outcome.map(time)));
     // KB, as Judge0 reports it: runbox's measured peak (see the README).
     put("memory", json!(outcome.and_then(|o| o.peak_memory_bytes).map(|bytes| bytes / 1024)));
     put("stderr", text(outcome.map(|o| o.stderr.as_str())));

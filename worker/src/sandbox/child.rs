@@ -335,7 +335,7 @@ impl BootedChild {
             },
         };
         let duration = started.elapsed();
-        let usage = Usage::of_single_use(rusage, cpu_before);
+        let usage = Usage::of_single_use(rusage, cpu_before, before.map(|sample| sample.resident));
         writer.abort();
         let (stdout, files) = drain(out).await;
         let mut stderr = drain(err).await;
@@ -377,15 +377,16 @@ pub(super) struct Usage {
 
 impl Usage {
     /// A single-use child's: the CPU its rusage counts past `cpu_before`
-    /// (what it had used when the job was handed over, booting), and its
-    /// rusage's peak resident set. A peak cannot be taken apart the way a
-    /// sum can, so that one is the child's whole life: its boot, and the
-    /// copy of the worker it was forked from, as well as the job.
-    fn of_single_use(rusage: Option<ExitUsage>, cpu_before: Option<Duration>) -> Usage {
+    /// (what it had used when the job was handed over, booting), and how
+    /// far its rusage's peak resident set rose above `resident_before`, the
+    /// booted runtime's resident set then, as a session exec is charged.
+    /// The peak was reset when the job began (see [`MemorySample::start`]),
+    /// so the boot's own peak is not in it.
+    fn of_single_use(rusage: Option<ExitUsage>, cpu_before: Option<Duration>, resident_before: Option<u64>) -> Usage {
         let Some(rusage) = rusage else { return Usage::default() };
         Usage {
             cpu_ms: cpu_before.map(|before| millis(rusage.cpu.saturating_sub(before))),
-            peak_memory_bytes: Some(rusage.max_rss),
+            peak_memory_bytes: resident_before.map(|before| rusage.max_rss.saturating_sub(before)),
             peak_resident: None,
         }
     }
