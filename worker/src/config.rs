@@ -62,6 +62,10 @@ pub struct WorkerConfig {
     pub pool: PoolConfig,
     /// `RUNBOX_METRICS_PORT`: serve `/metrics` and `/healthz` here if set.
     pub metrics_port: Option<u16>,
+    /// `RUNBOX_LIVE_OUTPUT` (default true): send each running job's output
+    /// to Redis as it is written, for `GET /v1/jobs/{id}/events`. Off, a
+    /// job's events come only once it has ended, from its result.
+    pub live_output: bool,
     pub sandbox: SandboxConfig,
     /// Checkpoint size cap and TTL (see `SessionLimits`).
     pub sessions: SessionLimits,
@@ -95,6 +99,7 @@ impl WorkerConfig {
                 Ok(port) if !port.trim().is_empty() => Some(env_or("RUNBOX_METRICS_PORT", 0)?),
                 _ => None,
             },
+            live_output: env_or("RUNBOX_LIVE_OUTPUT", true)?,
             sandbox,
         })
     }

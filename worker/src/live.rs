@@ -24,16 +24,20 @@ const LAST_WRITE: Duration = Duration::from_secs(2);
 /// One job's output on its way to Redis.
 pub(crate) struct Forwarder {
     live: Live,
-    task: JoinHandle<()>,
+    task: Option<JoinHandle<()>>,
 }
 
 impl Forwarder {
     /// Starts sending job `id`'s output; its stream outlives the job by at
     /// most `running_for` while the job runs, and [`LIVE_GRACE`] after.
-    pub(crate) fn start(queue: Queue, id: String, running_for: Duration) -> Forwarder {
+    /// When `on` is false, nothing is sent.
+    pub(crate) fn start(on: bool, queue: &Queue, id: &str, running_for: Duration) -> Forwarder {
+        if !on {
+            return Forwarder { live: Live::default(), task: None };
+        }
         let live = Live::new();
-        let task = tokio::spawn(forward(queue, id, live.clone(), running_for + LIVE_GRACE));
-        Forwarder { live, task }
+        let task = tokio::spawn(forward(queue.clone(), id.to_owned(), live.clone(), running_for + LIVE_GRACE));
+        Forwarder { live, task: Some(task) }
     }
 
     pub(crate) fn live(&self) -> &Live {
@@ -44,7 +48,7 @@ impl Forwarder {
     /// subscriber gets all the chunks before the result.
     pub(crate) async fn finish(self) {
         self.live.close();
-        let mut task = self.task;
+        let Some(mut task) = self.task else { return };
         if tokio::time::timeout(LAST_WRITE, &mut task).await.is_err() {
             task.abort();
         }

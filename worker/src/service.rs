@@ -307,8 +307,8 @@ impl Worker {
             return Some(Ran { session, ..Ran::without_child(outcome) });
         }
         self.metrics.busy_slots.inc();
-        let live =
-            Forwarder::start(self.queue.clone(), entry.id.clone(), self.runner.sandbox().limits.timeout_for(spec));
+        let timeout = self.runner.sandbox().limits.timeout_for(spec);
+        let live = Forwarder::start(self.config.live_output, &self.queue, &entry.id, timeout);
         let report = self.runner.run_live(spec, cancel, live.live()).await;
         live.finish().await;
         self.metrics.busy_slots.dec();
