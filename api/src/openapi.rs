@@ -97,6 +97,9 @@ pub fn document(state: &AppState) -> Value {
     for name in ["JobRequest", "BatchJobRequest", "ExecRequest"] {
         schemas[name]["properties"]["timeout_ms"]["maximum"] = json!(max_timeout);
     }
+    for name in ["JobRequest", "BatchJobRequest"] {
+        schemas[name]["properties"]["memory_mb"]["maximum"] = json!(crate::validate::MAX_MEMORY_MB);
+    }
     schemas["SessionRequest"]["properties"]["idle_timeout_s"]["maximum"] =
         json!(state.config.sessions.max_idle.as_secs());
     add_cross_field_rules(schemas);
@@ -189,6 +192,10 @@ pub struct JobRequest {
     /// Wall-clock limit; the configured default when absent.
     #[schema(minimum = 1)]
     timeout_ms: Option<u64>,
+    /// A memory cap in MiB for this job, below the worker's: it lowers the
+    /// cap, never raises it.
+    #[schema(minimum = 1)]
+    memory_mb: Option<u32>,
     /// Command-line arguments: `Deno.args`, or `sys.argv[1:]`; at most 256
     /// strings of 64 KiB in all.
     #[schema(max_items = 256)]
@@ -234,6 +241,10 @@ pub struct BatchJobRequest {
     /// Wall-clock limit; the configured default when absent.
     #[schema(minimum = 1)]
     timeout_ms: Option<u64>,
+    /// A memory cap in MiB for this job, below the worker's: it lowers the
+    /// cap, never raises it.
+    #[schema(minimum = 1)]
+    memory_mb: Option<u32>,
     /// Command-line arguments: `Deno.args`, or `sys.argv[1:]`; at most 256
     /// strings of 64 KiB in all.
     #[schema(max_items = 256)]

@@ -16,6 +16,7 @@ pub(crate) const FIELDS: &[&str] = &[
     "code",
     "stdin",
     "timeout_ms",
+    "memory_mb",
     "args",
     "expected_stdout",
     "compare",
@@ -30,6 +31,10 @@ pub(crate) const FILE_FIELDS: &[&str] = &["path", "content", "encoding"];
 
 /// Most files a job may have.
 pub const MAX_FILES: usize = 64;
+
+/// Largest `memory_mb` a job may ask for. It only ever lowers the worker's
+/// cap (`RUNBOX_MEMORY_MB`), which the api does not know.
+pub const MAX_MEMORY_MB: u32 = 1 << 20;
 
 /// Most command-line arguments a job may have, and their total size.
 pub const MAX_ARGS: usize = 256;
@@ -92,6 +97,17 @@ pub fn job_spec_fields(fields: &Map<String, Value>, limits: &ApiLimits) -> Resul
             }
         },
     };
+    let memory_mb = match fields.get("memory_mb") {
+        None | Some(Value::Null) => None,
+        Some(value) => match whole_number(value).and_then(|mb| u32::try_from(mb).ok()) {
+            Some(mb) if (1..=MAX_MEMORY_MB).contains(&mb) => Some(mb),
+            _ => {
+                return Err(ApiError::InvalidField(format!(
+                    "memory_mb must be a whole number of MiB from 1 to {MAX_MEMORY_MB}"
+                )));
+            }
+        },
+    };
     let args = match fields.get("args") {
         None | Some(Value::Null) => Vec::new(),
         Some(Value::Array(items)) => {
@@ -131,6 +147,7 @@ pub fn job_spec_fields(fields: &Map<String, Value>, limits: &ApiLimits) -> Resul
         code,
         stdin,
         timeout_ms: Some(timeout_ms.unwrap_or(limits.timeouts.default_ms())),
+        memory_mb,
         args,
         expected_stdout,
         compare,

@@ -67,6 +67,10 @@ pub struct JobSpec {
     /// Wall-clock limit in milliseconds; the worker's default when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout_ms: Option<u64>,
+    /// A memory cap below the worker's for this job, in MiB; the worker's
+    /// cap applies when absent or higher.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_mb: Option<u32>,
     /// Command-line arguments: `Deno.args`, or `sys.argv[1:]`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub args: Vec<String>,
@@ -214,6 +218,7 @@ impl JobSpec {
             code: code.into(),
             stdin: String::new(),
             timeout_ms: None,
+            memory_mb: None,
             args: Vec::new(),
             expected_stdout: None,
             compare: Compare::Exact,

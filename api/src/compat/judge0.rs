@@ -15,8 +15,8 @@
 //!   `compare: trim`).
 //! - Limits: the wall-clock timeout is the smaller of `cpu_time_limit` +
 //!   `cpu_extra_time` and `wall_time_limit`, clamped to runbox's maximum;
-//!   `memory_limit` is reported clamped to the workers' cap, which applies
-//!   to every job whatever is asked.
+//!   `memory_limit` below the workers' cap becomes the job's `memory_mb`,
+//!   and is reported clamped to that cap.
 //! - A `callback_url` gets the submission PUT to it, Judge0-shaped, by the
 //!   native callback deliverer (`callbacks.rs` asks [`callback_body`]).
 //! - Errors take Judge0's shapes: 422 `{field: [message]}` for a bad
@@ -752,6 +752,10 @@ pub fn translate(
     job.insert("code".into(), json!(source_code));
     job.insert("stdin".into(), json!(stdin.clone().unwrap_or_default()));
     job.insert("timeout_ms".into(), json!(timeout_ms));
+    // A lower memory limit becomes the job's own cap; the workers' holds otherwise.
+    if memory_limit < limits.memory_kb {
+        job.insert("memory_mb".into(), json!(memory_limit.div_ceil(1024)));
+    }
     job.insert("args".into(), json!(args));
     if let Some(expected) = &expected_output {
         job.insert("expected_stdout".into(), json!(expected));

@@ -300,7 +300,7 @@ pub fn translate(body: &Map<String, Value>, max_timeout_ms: u64) -> Result<Trans
         Some(_) => return Err(field_error("stdin", "stdin must be a string or null")),
     };
     let timeout_ms = seconds_to_ms(body.get("run_timeout"), "run_timeout", DEFAULT_RUN_TIMEOUT_S, max_timeout_ms)?;
-    memory_limit_mb(body.get("memory_limit_MB"))?;
+    let memory_mb = memory_limit_mb(body.get("memory_limit_MB"))?;
     let files = files(body.get("files"))?;
     let fetch_files = fetch_files(body.get("fetch_files"))?;
     let Some(mode) = Mode::parse(language) else {
@@ -331,6 +331,9 @@ pub fn translate(body: &Map<String, Value>, max_timeout_ms: u64) -> Result<Trans
     job.insert("code".into(), json!(code));
     job.insert("stdin".into(), json!(stdin));
     job.insert("timeout_ms".into(), json!(timeout_ms));
+    if let Some(memory_mb) = memory_mb {
+        job.insert("memory_mb".into(), json!(memory_mb));
+    }
     if !inputs.is_empty() {
         job.insert("files".into(), Value::Array(inputs));
     }
@@ -365,15 +368,20 @@ fn seconds_to_ms(value: Option<&Value>, field: &str, default_s: f64, max_ms: u64
     Ok(((seconds * 1000.0).round() as u64).clamp(1, max_ms))
 }
 
-/// Checks `memory_limit_MB`, which RL frameworks send with every sample.
-/// It cannot raise the workers' cap (`RUNBOX_MEMORY_MB`), which applies to
-/// every job, and a job has no cap of its own to lower, so the cap that
-/// holds is the workers'; zero or less means none asked.
-fn memory_limit_mb(value: Option<&Value>) -> Result<(), FusionError> {
+/// `memory_limit_MB`, which RL frameworks send with every sample, as the
+/// job's own memory cap in MiB: the worker holds the job to it where it is
+/// below the workers' cap (`RUNBOX_MEMORY_MB`), and to that cap otherwise.
+/// Zero or less means none asked.
+fn memory_limit_mb(value: Option<&Value>) -> Result<Option<u64>, FusionError> {
     match value {
-        None | Some(Value::Null) => Ok(()),
-        Some(value) if value.is_number() => Ok(()),
-        Some(_) => Err(field_error("memory_limit_MB", "memory_limit_MB must be a number of megabytes")),
+        None | Some(Value::Null) => Ok(None),
+        Some(value) => match value.as_f64() {
+            Some(mb) if mb.is_finite() && mb >= 1.0 => {
+                Ok(Some((mb.floor() as u64).min(u64::from(crate::validate::MAX_MEMORY_MB))))
+            }
+            Some(mb) if mb.is_finite() => Ok(None),
+            _ => Err(field_error("memory_limit_MB", "memory_limit_MB must be a number of megabytes")),
+        },
     }
 }
 

@@ -69,6 +69,20 @@ const DRAIN_TIMEOUT: Duration = Duration::from_secs(2);
 /// holds about 225 MiB, an idle JS child about 40 MiB.
 pub(super) const RUNTIME_RSS_ALLOWANCE_MB: u64 = 320;
 
+/// The resident set at which a job's process is killed as over its memory:
+/// the worker's cap (`cap_mb`) plus what the runtime needs (`allowance_mb`),
+/// or, for a job that asked for less (`job_mb`), what it asked for above
+/// the process's resident set when the job was handed over (`resident`),
+/// so that its cap counts what the job itself takes, as its
+/// `peak_memory_bytes` does.
+pub(super) fn rss_limit(cap_mb: u32, allowance_mb: u64, job_mb: u32, resident: Option<u64>) -> u64 {
+    let worker = (u64::from(cap_mb) + allowance_mb) << 20;
+    match resident {
+        Some(resident) if job_mb < cap_mb => worker.min(resident + (u64::from(job_mb) << 20)),
+        _ => worker,
+    }
+}
+
 /// What the kernel counts of a process's memory, in bytes: its data
 /// segment (which counts memory reserved but not yet touched, as an
 /// untouched ArrayBuffer is), its resident set, and the resident set's peak.
@@ -264,6 +278,7 @@ impl BootedChild {
         }
         let frame_files: &[InputFile] = if on_disk { &[] } else { &spec.files };
         let nonce = uuid::Uuid::new_v4().simple().to_string();
+        let memory_mb = sandbox.limits.memory_for(spec);
         // The frame names the job's language: one JS child serves JS and TS.
         let frame = Frame {
             language: spec.language,
@@ -271,7 +286,7 @@ impl BootedChild {
             args: &spec.args,
             files: frame_files,
             nonce: &nonce,
-            memory_mb: sandbox.limits.memory_mb,
+            memory_mb,
             stdin: (spec.language == Language::Python).then_some(spec.stdin.as_str()),
             return_files: ReturnFrame::of(spec),
             op: None,
@@ -304,9 +319,10 @@ impl BootedChild {
         let err = tokio::spawn(capture_into(ClaimWatch::new(stderr, memory_marker.clone(), claim), live_err, cap));
 
         let timeout = sandbox.limits.timeout_for(spec);
-        let rss_limit = (u64::from(sandbox.limits.memory_mb) + RUNTIME_RSS_ALLOWANCE_MB) * 1024 * 1024;
         let pid = child.id();
         let before = pid.and_then(MemorySample::start);
+        let worker_cap = sandbox.limits.memory_mb;
+        let rss_limit = rss_limit(worker_cap, RUNTIME_RSS_ALLOWANCE_MB, memory_mb, before.map(|b| b.resident));
         let cpu_before = pid.and_then(cpu_time);
         let started = Instant::now();
         // The child's end is awaited without reaping it, so that its rusage
@@ -321,7 +337,7 @@ impl BootedChild {
         };
         // A claim is checked against the kernel's count, while the harness holds the memory.
         let confirmed = matches!(ending, Some(Ending::Claimed))
-            && confirms_out_of_memory(before, pid.and_then(MemorySample::of), sandbox.limits.memory_mb);
+            && confirms_out_of_memory(before, pid.and_then(MemorySample::of), memory_mb);
         let ending = match ending {
             Some(ending) => {
                 kill_group(&child);

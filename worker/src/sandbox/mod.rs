@@ -86,6 +86,11 @@ impl Limits {
     pub fn timeout_for(&self, spec: &JobSpec) -> Duration {
         self.timeouts.for_job(spec.timeout_ms)
     }
+
+    /// The memory cap for `spec`: its own where lower, never higher.
+    pub fn memory_for(&self, spec: &JobSpec) -> u32 {
+        spec.memory_mb.map_or(self.memory_mb, |asked| asked.clamp(1, self.memory_mb))
+    }
 }
 
 /// Runs programs, one fresh child each.

@@ -157,6 +157,7 @@ impl BootedSession {
             stderr_cap: MESSAGE_CAP,
             max_bytes: 0,
             memory_mb: self.memory_mb,
+            job_memory_mb: self.memory_mb,
             live: Live::default(),
         };
         // Replayed programs' output is dropped: only the end matters.
@@ -217,6 +218,7 @@ impl SessionChild {
             stderr_cap: MESSAGE_CAP,
             max_bytes: max_checkpoint_bytes(self.memory_mb),
             memory_mb: self.memory_mb,
+            job_memory_mb: self.memory_mb,
             live: Live::default(),
         };
         let exchange = exchange(&mut self.inner, &frame, &[], &nonce, &bounds).await;

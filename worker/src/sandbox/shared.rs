@@ -59,7 +59,7 @@ use tokio_util::sync::CancellationToken;
 use super::channel::{Channel, ChannelError, ChannelPaths, Report};
 use super::child::{
     BOOT_TIMEOUT, Frame, MemorySample, RUNTIME_RSS_ALLOWANCE_MB, ReturnFrame, Usage, classify, confirms_out_of_memory,
-    cpu_time, give_to_child, job_dir, kill_group, outcome, watch_rss,
+    cpu_time, give_to_child, job_dir, kill_group, outcome, rss_limit, watch_rss,
 };
 use super::command::{ChildMode, deno_command};
 use super::live::Live;
@@ -362,7 +362,10 @@ pub(super) struct Bounds {
     pub stderr_cap: usize,
     /// Raw bytes a report may announce.
     pub max_bytes: usize,
+    /// The worker's memory cap.
     pub memory_mb: u32,
+    /// The job's own, where it asked for less.
+    pub job_memory_mb: u32,
     /// Where the job's kept output goes as it is written.
     pub live: Live,
 }
@@ -494,7 +497,7 @@ impl SharedChild {
             args: &spec.args,
             files: &spec.files,
             nonce: &nonce,
-            memory_mb: sandbox.limits.memory_mb,
+            memory_mb: sandbox.limits.memory_for(spec),
             stdin: Some(&spec.stdin),
             return_files: ReturnFrame::of(spec),
             op: in_session.then_some("exec"),
@@ -508,7 +511,7 @@ impl SharedChild {
             Err(e) => return (Outcome::internal_error(format!("could not encode the job: {e}")), true),
         };
         let cap = sandbox.limits.max_output_bytes;
-        let memory_mb = sandbox.limits.memory_mb;
+        let (memory_mb, job_memory_mb) = (sandbox.limits.memory_mb, sandbox.limits.memory_for(spec));
         let bounds = Bounds {
             deadline,
             from_start: true,
@@ -516,6 +519,7 @@ impl SharedChild {
             stderr_cap: cap,
             max_bytes: 0,
             memory_mb,
+            job_memory_mb,
             live: live.clone(),
         };
         let exchange = self.exchange(&frame, &[], &nonce, &bounds, cancel).await;
@@ -559,8 +563,9 @@ impl SharedChild {
     ) -> Exchange {
         let marker = format!("{END_MARKER}{nonce}\n").into_bytes();
         let allowance = RUNTIME_RSS_ALLOWANCE_MB + GARBAGE_ALLOWANCE_MB;
-        let rss_limit = (u64::from(bounds.memory_mb) + allowance) * 1024 * 1024;
         let pid = self.child.id();
+        let resident = pid.and_then(MemorySample::of).map(|sample| sample.resident);
+        let rss_limit = rss_limit(bounds.memory_mb, allowance, bounds.job_memory_mb, resident);
         // The count of the job's memory starts with the job (see `Report::Started`).
         let before = std::sync::Mutex::new(if bounds.from_start { None } else { pid.and_then(MemorySample::start) });
         let cpu_before = std::sync::Mutex::new(if bounds.from_start { None } else { pid.and_then(cpu_time) });
@@ -665,7 +670,7 @@ impl SharedChild {
                 interrupted,
                 out_of_memory: memory && {
                     let before = *before.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-                    confirms_out_of_memory(before, pid.and_then(MemorySample::of), bounds.memory_mb)
+                    confirms_out_of_memory(before, pid.and_then(MemorySample::of), bounds.job_memory_mb)
                 },
                 error,
             },

@@ -125,3 +125,23 @@ async fn output_just_under_the_cap_is_whole() {
     assert!(outcome.stdout_truncated);
     assert_eq!(outcome.exit_code, Some(0), "a program that printed too much still ran to its end");
 }
+
+/// A job's own lower memory cap holds: 120 MB is well within the worker's
+/// cap, and over the 48 MB the job asked for.
+#[tokio::test]
+async fn a_jobs_own_lower_memory_cap_holds() {
+    let programs = [
+        (Py, "a = bytearray(120 * 1024 * 1024)\nfor i in range(0, len(a), 4096):\n    a[i] = 1\nprint('kept')"),
+        (Js, "const b = new Uint8Array(120 * 1024 * 1024); b.fill(1); console.log('kept')"),
+    ];
+    for (language, code) in programs {
+        let lowered = run_spec(&runbox_common::JobSpec { memory_mb: Some(48), ..spec(language, code) }).await;
+        assert_status(&lowered, Status::MemoryExceeded);
+        let within = run(language, code).await;
+        assert_status(&within, Status::Completed);
+        assert_eq!(within.stdout, "kept\n", "{within:#?}");
+        // Asking for more than the worker's cap changes nothing.
+        let higher = run_spec(&runbox_common::JobSpec { memory_mb: Some(1 << 20), ..spec(language, code) }).await;
+        assert_eq!(higher.stdout, "kept\n", "{higher:#?}");
+    }
+}
