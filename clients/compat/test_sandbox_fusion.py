@@ -99,6 +99,24 @@ def test_a_timeout_is_time_limit_exceeded(mode):
     assert sf.summary_run_code_result(result, sf.SummaryMapping(RunTimeout="slow")) == "slow"
 
 
+def test_memory_limit_mb_lowers_the_cap():
+    # The client's model (0.3.7) has no memory_limit_MB; RL frameworks send
+    # it in their own requests, as here.
+    code = "a = bytearray(120 * 1024 * 1024)\nfor i in range(0, len(a), 4096):\n    a[i] = 1\nprint('kept')"
+
+    def post(limit):
+        body = {"code": code, "language": "python", "memory_limit_MB": limit}
+        response = httpx.post(f"{ENDPOINT}/run_code", json=body, timeout=120)
+        assert response.status_code == 200, response.text
+        return response.json()
+
+    within = post(1024)
+    assert (within["status"], within["run_result"]["stdout"]) == ("Success", "kept\n"), within
+    over = post(48)
+    assert over["status"] == "Failed", over
+    assert over["run_result"]["return_code"] == -9 and "out of memory" in over["message"], over
+
+
 @pytest.mark.parametrize("mode", MODES)
 def test_files_go_in_and_fetch_files_come_out(mode):
     code = (

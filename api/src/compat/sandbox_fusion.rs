@@ -481,7 +481,8 @@ pub fn run_code_answer(record: &JobRecord) -> RunCodeResponse {
     let outcome = record.outcome.as_ref();
     let mut notes = Vec::new();
     if record.status == Status::MemoryExceeded {
-        notes.push("the program ran out of memory: it hit the workers' memory cap".to_owned());
+        notes
+            .push("the program ran out of memory: it hit its memory cap (memory_limit_MB, or the workers')".to_owned());
     }
     if outcome.is_some_and(|o| o.stdout_truncated || o.stderr_truncated) {
         notes.push("output was cut at the output cap".to_owned());

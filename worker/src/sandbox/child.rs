@@ -14,7 +14,7 @@ use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 use runbox_common::OutputStream::{Stderr, Stdout};
 use runbox_common::{
-    InputFile, JobSpec, Language, MAX_RETURN_FILES, MAX_RETURN_FILES_BYTES, Outcome, ReturnFiles, Status,
+    InputFile, JobSpec, Language, MAX_RETURN_FILES, MAX_RETURN_FILES_BYTES, Outcome, ReturnFiles, Status, Verdict,
 };
 use serde::Serialize;
 use tempfile::TempDir;
@@ -372,6 +372,7 @@ impl BootedChild {
         // Removing a directory is blocking file-system work: not on the async threads.
         let _ = tokio::task::spawn_blocking(move || drop(dir)).await;
         let mut outcome = outcome(spec, status, exit_code, signal, &stdout, &stderr, duration);
+        hold_to_own_cap(&mut outcome, memory_mb, worker_cap, usage.peak_memory_bytes);
         usage.apply(&mut outcome);
         if let Some(section) = files {
             (outcome.files, outcome.files_truncated) = returned_files(&section);
@@ -437,6 +438,21 @@ impl Usage {
     pub(super) fn apply(self, outcome: &mut Outcome) {
         outcome.cpu_ms = self.cpu_ms;
         outcome.peak_memory_bytes = self.peak_memory_bytes;
+    }
+}
+
+/// A job that asked for less memory (`job_mb`) than the worker's cap and
+/// whose measured `peak` (what it grew by) went past it ended over its
+/// cap, even when it was too quick for the resident-set watch to see.
+pub(super) fn hold_to_own_cap(outcome: &mut Outcome, job_mb: u32, cap_mb: u32, peak: Option<u64>) {
+    let over = peak.is_some_and(|peak| peak > u64::from(job_mb) << 20);
+    if job_mb < cap_mb && over && outcome.status == Status::Completed {
+        outcome.status = Status::MemoryExceeded;
+        outcome.exit_code = None;
+        outcome.signal = None;
+        if outcome.verdict.is_some() {
+            outcome.verdict = Some(Verdict::MemoryExceeded);
+        }
     }
 }
 

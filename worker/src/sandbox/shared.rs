@@ -59,7 +59,7 @@ use tokio_util::sync::CancellationToken;
 use super::channel::{Channel, ChannelError, ChannelPaths, Report};
 use super::child::{
     BOOT_TIMEOUT, Frame, MemorySample, RUNTIME_RSS_ALLOWANCE_MB, ReturnFrame, Usage, classify, confirms_out_of_memory,
-    cpu_time, give_to_child, job_dir, kill_group, outcome, rss_limit, watch_rss,
+    cpu_time, give_to_child, hold_to_own_cap, job_dir, kill_group, outcome, rss_limit, watch_rss,
 };
 use super::command::{ChildMode, deno_command};
 use super::live::Live;
@@ -528,6 +528,7 @@ impl SharedChild {
         // the exec left running.
         let finished = matches!(ending, Ending::Finished { .. });
         let (mut outcome, reusable) = self.finish(ending, stdout, stderr, duration, spec).await;
+        hold_to_own_cap(&mut outcome, job_memory_mb, memory_mb, usage.peak_memory_bytes);
         // A session's child holds that session alone: its interpreter,
         // built after boot, and everything earlier execs left in it are the
         // session's, and an exec can reuse memory they freed, which a rise
