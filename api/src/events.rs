@@ -61,7 +61,7 @@ pub(crate) fn events(
     first: Option<JobRecord>,
     deadline: Option<Instant>,
 ) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
-    let watch = Watch { state, id, after: "0".to_owned(), sent: [0, 0], first, deadline, over: false };
+    let watch = Watch { state, id, after: "0".to_owned(), sent: [0, 0], attempt: 0, first, deadline, over: false };
     let events = stream::unfold(watch, Watch::next).flat_map(stream::iter).map(Ok);
     Sse::new(events).keep_alive(KeepAlive::default())
 }
@@ -72,8 +72,9 @@ struct Watch {
     id: String,
     /// The live stream's last entry sent.
     after: String,
-    /// Bytes of stdout and of stderr sent.
+    /// Bytes of stdout and of stderr sent, by the job's delivery `attempt`.
     sent: [u64; 2],
+    attempt: u64,
     /// The job as read when the subscriber came.
     first: Option<JobRecord>,
     /// When to stop waiting for a job that should have ended.
@@ -157,13 +158,19 @@ impl Watch {
             let entries = self.state.queue.read_output(&self.id, &self.after).await?;
             let Some(last) = entries.last() else { return Ok(events) };
             self.after = last.id.clone();
-            for LiveEntry { chunk, .. } in entries {
-                let side = chunk.stream as usize;
-                if chunk.offset < self.sent[side] {
-                    // Written from the start again: a new attempt.
-                    events.push(Event::default().event("restart").data("{}"));
-                    self.sent = [0, 0];
+            for LiveEntry { attempt, chunk, .. } in entries {
+                // An attempt that was taken over writes no more that counts.
+                if attempt < self.attempt {
+                    continue;
                 }
+                if attempt > self.attempt {
+                    // Only what was sent of an earlier attempt needs taking back.
+                    if self.sent != [0, 0] {
+                        events.push(Event::default().event("restart").data("{}"));
+                    }
+                    (self.attempt, self.sent) = (attempt, [0, 0]);
+                }
+                let side = chunk.stream as usize;
                 self.sent[side] = chunk.offset + chunk.data.len() as u64;
                 events.push(chunk_event(chunk.stream, chunk.offset, &String::from_utf8_lossy(&chunk.data)));
             }

@@ -53,13 +53,23 @@ pub struct OutputChunk {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LiveEntry {
     pub id: String,
+    /// Which delivery of the job wrote it: a job taken over from a worker
+    /// that stopped runs again from the start, as a later attempt.
+    pub attempt: u64,
     pub chunk: OutputChunk,
 }
 
 impl Queue {
-    /// Appends `chunks` of job `id`'s output to its live stream, gives the
-    /// stream `ttl` to live, and tells every api that it grew.
-    pub async fn append_output(&self, id: &str, chunks: &[OutputChunk], ttl: Duration) -> Result<(), QueueError> {
+    /// Appends `chunks` of job `id`'s output, written by its delivery
+    /// `attempt`, to its live stream, gives the stream `ttl` to live, and
+    /// tells every api that it grew.
+    pub async fn append_output(
+        &self,
+        id: &str,
+        attempt: u64,
+        chunks: &[OutputChunk],
+        ttl: Duration,
+    ) -> Result<(), QueueError> {
         if chunks.is_empty() {
             return Ok(());
         }
@@ -69,6 +79,8 @@ impl Queue {
             pipe.cmd("XADD")
                 .arg(&key)
                 .arg("*")
+                .arg("a")
+                .arg(attempt)
                 .arg("s")
                 .arg(chunk.stream.as_str())
                 .arg("o")
@@ -101,7 +113,8 @@ impl Queue {
 
 fn parse_entry(job: &str, id: String, fields: Vec<(String, Vec<u8>)>) -> Result<LiveEntry, QueueError> {
     let malformed = || QueueError::Protocol(format!("job {job}: malformed live output entry {id}"));
-    let (mut stream, mut offset, mut data) = (None, None, None);
+    let (mut stream, mut offset, mut data, mut attempt) = (None, None, None, None);
+    let number = |value: &[u8]| std::str::from_utf8(value).ok().and_then(|n| n.parse::<u64>().ok());
     for (name, value) in fields {
         match name.as_str() {
             "s" => {
@@ -111,13 +124,16 @@ fn parse_entry(job: &str, id: String, fields: Vec<(String, Vec<u8>)>) -> Result<
                     _ => return Err(malformed()),
                 }
             }
-            "o" => offset = std::str::from_utf8(&value).ok().and_then(|o| o.parse().ok()),
+            "o" => offset = number(&value),
+            "a" => attempt = number(&value),
             "d" => data = Some(value),
             _ => {}
         }
     }
-    match (stream, offset, data) {
-        (Some(stream), Some(offset), Some(data)) => Ok(LiveEntry { id, chunk: OutputChunk { stream, offset, data } }),
+    match (stream, offset, data, attempt) {
+        (Some(stream), Some(offset), Some(data), Some(attempt)) => {
+            Ok(LiveEntry { id, attempt, chunk: OutputChunk { stream, offset, data } })
+        }
         _ => Err(malformed()),
     }
 }

@@ -202,3 +202,40 @@ async fn a_session_exec_streams_when_asked() {
     let (_, got) = read_events(exec("print(x + 1)").await.expect("exec"), Duration::from_secs(60)).await;
     assert_eq!(joined(&got, "stdout"), "42\n", "{got:?}");
 }
+
+#[tokio::test]
+async fn a_job_taken_over_from_a_dead_worker_restarts_its_stream() {
+    let fast = [("RUNBOX_MAX_TIMEOUT_MS", "8000"), ("RUNBOX_RECLAIM_IDLE_MS", "3000")];
+    let redis = Redis::start().await;
+    let api = Api::start(&redis, &fast).await;
+    let mut first = start_worker(&redis, &fast).await;
+    let code = "console.log('begun'); await new Promise((r) => setTimeout(r, 2000)); console.log('ended')";
+    let id = submit(&api, json!({ "language": "js", "code": code, "timeout_ms": 8000 })).await;
+    let watching = {
+        let api_url = api.url(&format!("/v1/jobs/{id}/events"));
+        let http = api.http.clone();
+        tokio::spawn(async move {
+            let response = http.get(api_url).bearer_auth(ALICE).send().await.expect("events");
+            read_events(response, Duration::from_secs(60)).await
+        })
+    };
+    // The first attempt has written its first line when its worker dies.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let len: u64 = redis.cmd(redis::cmd("XLEN").arg(keys().output(&id))).await;
+        if len > 0 {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "the first attempt wrote nothing");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    first.signal(nix::sys::signal::Signal::SIGKILL);
+    first.wait(Duration::from_secs(5)).await;
+    let _second = start_worker(&redis, &fast).await;
+    let (_, got) = watching.await.expect("watcher");
+    let kinds: Vec<&str> = got.iter().map(|e| e.event.as_str()).collect();
+    assert_eq!(kinds, ["stdout", "restart", "stdout", "stdout", "result"], "{got:?}");
+    let after_restart = &got[2..];
+    assert_eq!(joined(after_restart, "stdout"), "begun\nended\n", "{got:?}");
+    assert_eq!(result(&got)["stdout"], "begun\nended\n");
+}

@@ -30,13 +30,15 @@ pub(crate) struct Forwarder {
 impl Forwarder {
     /// Starts sending job `id`'s output; its stream outlives the job by at
     /// most `running_for` while the job runs, and [`LIVE_GRACE`] after.
-    /// When `on` is false, nothing is sent.
-    pub(crate) fn start(on: bool, queue: &Queue, id: &str, running_for: Duration) -> Forwarder {
+    /// `attempt` is the job's delivery count. When `on` is false, nothing
+    /// is sent.
+    pub(crate) fn start(on: bool, queue: &Queue, id: &str, attempt: u64, running_for: Duration) -> Forwarder {
         if !on {
             return Forwarder { live: Live::default(), task: None };
         }
         let live = Live::new();
-        let task = tokio::spawn(forward(queue.clone(), id.to_owned(), live.clone(), running_for + LIVE_GRACE));
+        let ttl = running_for + LIVE_GRACE;
+        let task = tokio::spawn(forward(queue.clone(), id.to_owned(), attempt, live.clone(), ttl));
         Forwarder { live, task: Some(task) }
     }
 
@@ -55,10 +57,10 @@ impl Forwarder {
     }
 }
 
-async fn forward(queue: Queue, id: String, live: Live, running_ttl: Duration) {
+async fn forward(queue: Queue, id: String, attempt: u64, live: Live, running_ttl: Duration) {
     while let Some((chunks, last)) = live.take().await {
         let ttl = if last { LIVE_GRACE } else { running_ttl };
-        if let Err(e) = queue.append_output(&id, &chunks, ttl).await {
+        if let Err(e) = queue.append_output(&id, attempt, &chunks, ttl).await {
             tracing::warn!(error = %e, "could not send live output; the job's result keeps all of it");
         }
         if last {

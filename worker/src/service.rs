@@ -308,7 +308,7 @@ impl Worker {
         }
         self.metrics.busy_slots.inc();
         let timeout = self.runner.sandbox().limits.timeout_for(spec);
-        let live = Forwarder::start(self.config.live_output, &self.queue, &entry.id, timeout);
+        let live = Forwarder::start(self.config.live_output, &self.queue, &entry.id, entry.deliveries, timeout);
         let report = self.runner.run_live(spec, cancel, live.live()).await;
         live.finish().await;
         self.metrics.busy_slots.dec();

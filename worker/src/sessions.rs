@@ -222,7 +222,7 @@ impl Worker {
         self.running.lock().unwrap_or_else(|p| p.into_inner()).insert(claimed.id.clone(), job);
         self.metrics.busy_slots.inc();
         let timeout = self.runner.sandbox().limits.timeout_for(spec);
-        let live = Forwarder::start(self.config.live_output, &self.queue, &claimed.id, timeout);
+        let live = Forwarder::start(self.config.live_output, &self.queue, &claimed.id, claimed.deliveries, timeout);
         let (mut outcome, alive) = s.child.exec(spec, self.runner.sandbox(), &cancel, live.live()).await;
         self.metrics.observe_usage(spec.language, crate::metrics::Lane::Session, &outcome);
         live.finish().await;
