@@ -315,3 +315,38 @@ async fn a_long_js_batch_is_spread_over_fresh_children() {
         assert_eq!(report.outcome.exit_code, Some(i % 2), "job {i}: {:#?}", report.outcome);
     }
 }
+
+/// A Python job of the shared lane that leaves a chain of pending
+/// WebAssembly.compile promises, each burning CPU, running past its end:
+/// as with Atomics.waitAsync (removed from the realm for this), the child
+/// must not count as clean while V8 still holds work of the job's, or the
+/// work runs in the next job's time.
+#[tokio::test]
+async fn pending_wasm_compiles_do_not_outlive_their_job() {
+    let runner = runner().await;
+    let lane = "compile-chain";
+    let code = r#"
+import js
+js.Function('''
+  const empty = new Uint8Array([0, 97, 115, 109, 1, 0, 0, 0]);
+  const until = Date.now() + 4000;
+  const hop = () => WebAssembly.compile(empty).then(() => {
+    const slice = Date.now() + 20;
+    while (Date.now() < slice) {}
+    if (Date.now() < until) return hop();
+  });
+  hop();
+''')()
+print("left work behind")
+"#;
+    let first = run(&runner, &in_lane(lane, code)).await.outcome;
+    assert_eq!((first.status, first.stdout.as_str()), (Status::Completed, "left work behind\n"), "{first:#?}");
+    let busy = "import time\nt = time.time()\nx = 0\nfor i in range(300000): x += i\nprint(round(time.time() - t, 3))";
+    let next = run(&runner, &in_lane(lane, busy)).await;
+    assert_eq!(next.outcome.status, Status::Completed, "{:#?}", next.outcome);
+    assert!(
+        !next.outcome.warm,
+        "the next job ran in the child where the last job's work was still pending: {:#?}",
+        next.outcome
+    );
+}
