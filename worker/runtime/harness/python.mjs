@@ -26,6 +26,8 @@
 //   thread of its own; code that does not return to the interpreter
 //   (time.sleep, a long C call) is not interrupted, and the runner kills
 //   the child a little after the deadline instead.
+import process from "node:process";
+
 import { readAssets } from "./pyodide.mjs";
 import { collectGarbage, heapInUse, prepareRealms, PythonRealm } from "./python-realms.mjs";
 import {
@@ -43,6 +45,8 @@ import {
 } from "./protocol.mjs";
 
 const [pyodideDir, snapshotPath, memoryMb, mode, framesPath, resultsPath] = Deno.args;
+// Taken before any job runs (see `collected`).
+const cpuUsage = process.cpuUsage.bind(process);
 const channel = mode ? new Channel(framesPath, resultsPath) : null;
 
 dropPersistentStorage();
@@ -235,13 +239,19 @@ async function serveShared() {
     // realm V8 could not free still has something of the job's pending.
     const retired = realm;
     realm = null;
-    const gone = await collected(retired);
+    const { gone, cleanupMicros } = await collected(retired);
     if (frame.return_files) {
       const { files: kept, truncated } = filesOf(files, frame.return_files);
       channel.report({ kind: "files", files: kept, truncated });
     }
     endOutput(frame.nonce);
-    channel.report({ kind: "end", status, clean: gone && fingerprint.isClean(), memory_bytes: memoryBytes });
+    channel.report({
+      kind: "end",
+      status,
+      clean: gone && fingerprint.isClean(),
+      memory_bytes: memoryBytes,
+      cleanup_cpu_us: cleanupMicros,
+    });
     // The next job's realm is built now, between jobs.
     next = await newRealm(assets);
   }
@@ -252,15 +262,27 @@ async function serveShared() {
  * major collection usually does; a second is tried before the child is
  * given up (a probe once saw a clean job's child replaced after one, on a
  * loaded machine). A WeakRef reads its target as alive until the turn
- * after a collection, hence the wait.
+ * after a collection, hence the wait. Also the CPU, in microseconds, the
+ * collections took: no code of the job runs inside one, so the runner
+ * takes it off the job's CPU time, and counts the waits, where what the
+ * job left pending may run.
  */
 async function collected(realm) {
+  let cleanupMicros = 0;
   for (let attempt = 0; attempt < 2; attempt++) {
+    const before = cpuMicros();
     collectGarbage();
+    cleanupMicros += Math.max(0, cpuMicros() - before);
     await new Promise((resolve) => setTimeout(resolve, 0));
-    if (realm.isGone()) return true;
+    if (realm.isGone()) return { gone: true, cleanupMicros };
   }
-  return false;
+  return { gone: false, cleanupMicros };
+}
+
+/** The process's CPU time so far (user and system, every thread), in microseconds. */
+function cpuMicros() {
+  const { user, system } = cpuUsage();
+  return user + system;
 }
 
 async function serveSession() {

@@ -87,8 +87,10 @@ pub enum Report {
     /// memory, run from here.
     Started,
     /// The program has ended; what follows until `end` is the harness's
-    /// own clean-up (collecting the job's realm), which the job's CPU time
-    /// leaves out.
+    /// own clean-up (collecting the job's realm). The job's CPU time runs
+    /// to `end` less what the harness measured of that clean-up
+    /// (`cleanup_cpu_us`), so that whatever of the job's still runs
+    /// meanwhile counts.
     Ran,
     /// The files a job asked back, before its `end`.
     Files { files: Vec<OutputFile>, truncated: bool },
@@ -117,6 +119,10 @@ pub enum Report {
         /// of this and the kernel's count.
         #[serde(default)]
         memory_bytes: Option<u64>,
+        /// CPU, in microseconds, the harness spent in its own synchronous
+        /// collections after `ran`, where no code of the job runs.
+        #[serde(default)]
+        cleanup_cpu_us: Option<u64>,
     },
 }
 
@@ -185,7 +191,15 @@ mod tests {
         let (report, _) = read(b"{\"kind\":\"end\",\"status\":3,\"memory\":true}\n", 0).await.expect("end");
         assert_eq!(
             report,
-            Report::End { status: 3, clean: false, interrupted: false, memory: true, error: None, memory_bytes: None }
+            Report::End {
+                status: 3,
+                clean: false,
+                interrupted: false,
+                memory: true,
+                error: None,
+                memory_bytes: None,
+                cleanup_cpu_us: None
+            }
         );
     }
 

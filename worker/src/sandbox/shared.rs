@@ -572,11 +572,11 @@ impl SharedChild {
         let cpu_before = std::sync::Mutex::new(if bounds.from_start { None } else { pid.and_then(cpu_time) });
         // Taken at the harness's `ran` report, where it sends one.
         let cpu_ran = std::sync::Mutex::new(None);
-        let usage = |reported| {
+        let usage = |reported, cleanup| {
             let memory = *before.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
             let cpu = *cpu_before.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
             let ran = *cpu_ran.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-            Usage::since(pid, memory, cpu, ran, reported)
+            Usage::since(pid, memory, cpu, ran, cleanup, reported)
         };
         let send_limit = PIPE_TIMEOUT + Duration::from_secs(bytes.len() as u64 >> 24);
         let sent_at = Instant::now();
@@ -647,7 +647,7 @@ impl SharedChild {
             Ok(all) => all,
             Err(ending) => {
                 // Measured while the child still has its memory.
-                let usage = usage(None);
+                let usage = usage(None, None);
                 kill_group(&self.child);
                 let out = tokio::time::timeout(DRAIN_TIMEOUT, &mut out).await.unwrap_or_default();
                 let err = tokio::time::timeout(DRAIN_TIMEOUT, &mut err).await.unwrap_or_default();
@@ -657,11 +657,13 @@ impl SharedChild {
             }
         };
         let duration = since(&started, sent_at);
-        let reported = match &end {
-            Ok(Report::End { memory_bytes, .. }) => *memory_bytes,
-            _ => None,
+        let (reported, cleanup) = match &end {
+            Ok(Report::End { memory_bytes, cleanup_cpu_us, .. }) => {
+                (*memory_bytes, cleanup_cpu_us.map(Duration::from_micros))
+            }
+            _ => (None, None),
         };
-        let usage = usage(reported);
+        let usage = usage(reported, cleanup);
         // Output after a marker was written outside any job.
         let stray = !out_rest.is_some_and(|rest| rest.is_empty()) || !err_rest.is_some_and(|rest| rest.is_empty());
         let ending = match end {

@@ -12,6 +12,7 @@ mod harness;
 mod host;
 mod imports;
 mod integrity;
+mod measures;
 mod network;
 mod packages;
 mod processes;
