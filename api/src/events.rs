@@ -61,7 +61,17 @@ pub(crate) fn events(
     first: Option<JobRecord>,
     deadline: Option<Instant>,
 ) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
-    let watch = Watch { state, id, after: "0".to_owned(), sent: [0, 0], attempt: 0, first, deadline, over: false };
+    let watch = Watch {
+        state,
+        id,
+        after: "0".to_owned(),
+        sent: [0, 0],
+        shown: [0, 0],
+        attempt: 0,
+        first,
+        deadline,
+        over: false,
+    };
     let events = stream::unfold(watch, Watch::next).flat_map(stream::iter).map(Ok);
     Sse::new(events).keep_alive(KeepAlive::default())
 }
@@ -74,6 +84,9 @@ struct Watch {
     after: String,
     /// Bytes of stdout and of stderr sent, by the job's delivery `attempt`.
     sent: [u64; 2],
+    /// The same as text: invalid bytes sent as U+FFFD, as the job object
+    /// holds them.
+    shown: [usize; 2],
     attempt: u64,
     /// The job as read when the subscriber came.
     first: Option<JobRecord>,
@@ -168,11 +181,13 @@ impl Watch {
                     if self.sent != [0, 0] {
                         events.push(Event::default().event("restart").data("{}"));
                     }
-                    (self.attempt, self.sent) = (attempt, [0, 0]);
+                    (self.attempt, self.sent, self.shown) = (attempt, [0, 0], [0, 0]);
                 }
                 let side = chunk.stream as usize;
+                let text = String::from_utf8_lossy(&chunk.data);
                 self.sent[side] = chunk.offset + chunk.data.len() as u64;
-                events.push(chunk_event(chunk.stream, chunk.offset, &String::from_utf8_lossy(&chunk.data)));
+                self.shown[side] += text.len();
+                events.push(chunk_event(chunk.stream, chunk.offset, &text));
             }
         }
     }
@@ -185,10 +200,10 @@ impl Watch {
         [(OutputStream::Stdout, &outcome.stdout), (OutputStream::Stderr, &outcome.stderr)]
             .into_iter()
             .filter_map(|(stream, text)| {
-                let from = usize::try_from(self.sent[stream as usize]).ok()?;
-                let rest = text.get(from..).filter(|rest| !rest.is_empty())?;
-                self.sent[stream as usize] = text.len() as u64;
-                Some(chunk_event(stream, from as u64, rest))
+                let side = stream as usize;
+                let rest = text.get(self.shown[side]..).filter(|rest| !rest.is_empty())?;
+                self.shown[side] = text.len();
+                Some(chunk_event(stream, self.sent[side], rest))
             })
             .collect()
     }

@@ -239,3 +239,25 @@ async fn a_job_taken_over_from_a_dead_worker_restarts_its_stream() {
     assert_eq!(joined(after_restart, "stdout"), "begun\nended\n", "{got:?}");
     assert_eq!(result(&got)["stdout"], "begun\nended\n");
 }
+
+/// A job whose stdout is not UTF-8: its chunks' offsets count raw bytes,
+/// the job object's `stdout` is text with U+FFFD for each invalid byte
+/// (three bytes of UTF-8 for one of the job's), and what the stream
+/// sends from the job object after the chunks must start where they
+/// ended, not at the raw byte count read into the text. Found failing:
+/// for `\xff\xff\xffabcdef\n`, after the one chunk `���abcdef\n` came a
+/// second `stdout` event, `bcdef\n` at offset 10, repeating the end of
+/// the output.
+#[tokio::test]
+async fn output_that_is_not_utf8_is_streamed_once() {
+    let stack = Stack::start(&[]).await;
+    let code = "import sys\nsys.stdout.buffer.write(b'\\xff\\xff\\xffabcdef\\n')";
+    let (status, job) = stack.api.submit(json!({ "language": "python", "code": code }), Some(60)).await;
+    assert_eq!(status, 200, "{job}");
+    let id = job["id"].as_str().expect("id");
+    assert_eq!(job["stdout"], "\u{fffd}\u{fffd}\u{fffd}abcdef\n", "{job}");
+    let (_, got) = events(&stack.api, id, ALICE, Duration::from_secs(10)).await;
+    let streamed: String =
+        got.iter().filter(|e| e.event == "stdout").map(|e| e.data["data"].as_str().expect("data")).collect();
+    assert_eq!(streamed, job["stdout"].as_str().expect("stdout"), "{got:?}");
+}
