@@ -369,8 +369,9 @@ fn batch_items(fields: &JobObject) -> Result<Vec<Result<JobObject, ApiError>>, A
                             CASE_FIELDS.join(", ")
                         )));
                     }
+                    // A case's null field is an absent one: the program's holds.
                     let mut job = program.clone();
-                    job.extend(case);
+                    job.extend(case.into_iter().filter(|(_, value)| !value.is_null()));
                     Ok(job)
                 })
                 .collect())

@@ -38,7 +38,7 @@ use crate::jobs::{JobView, RECHECK_EVERY, owned, wait_for};
     tag = "jobs",
     params(crate::jobs::JobId),
     responses(
-        (status = 200, description = "`text/event-stream`: `stdout` and `stderr` events (`{offset, data}`), `restart` if the job is run again, then one `result` event with the job object.", content_type = "text/event-stream", body = String),
+        (status = 200, description = "`text/event-stream`: `stdout` and `stderr` events (`{offset, data}`), `restart` if the job is run again, then one `result` event with the job object.", content_type = "text/event-stream", body = crate::openapi::LiveEvent),
         (status = 404, description = "`not_found`: no such job, or another token's.", body = crate::openapi::ErrorBody),
         (status = 401, description = "`unauthorized`.", body = crate::openapi::ErrorBody),
     ),

@@ -59,7 +59,7 @@ use crate::sessions::{ExecSession, ExecView, SessionView};
     ),
     components(schemas(
         JobRequest, BatchJobRequest, FileRequest, FilePath, ReturnFilesRequest, LanguageName, SessionLanguage, BatchRequest,
-        JobsBatch, CasesBatch, CaseRequest, SessionRequest, ExecRequest, JobView, Accepted, BatchAccepted, BatchView, BatchStatus, SessionView, SessionList, ExecView,
+        JobsBatch, CasesBatch, CaseRequest, LiveEvent, LiveEventName, SessionRequest, ExecRequest, JobView, Accepted, BatchAccepted, BatchView, BatchStatus, SessionView, SessionList, ExecView,
         ExecSession, Runtimes, RuntimeLimits, Health, ErrorBody, ErrorDetail, BatchItemError, Language, Status,
         Verdict, Compare, FileEncoding, OutputFile, Timings, CheckpointInfo, SessionStatus, WorkerInfo,
     )),
@@ -382,6 +382,29 @@ pub struct ExecRequest {
     stdin: Option<String>,
     #[schema(minimum = 1)]
     timeout_ms: Option<u64>,
+}
+
+/// One Server-Sent Event of `GET /v1/jobs/{id}/events` (and of a session
+/// exec asked for with `Accept: text/event-stream`): its name and its data.
+#[derive(Serialize, ToSchema)]
+#[allow(dead_code)]
+pub struct LiveEvent {
+    event: LiveEventName,
+    /// JSON: `{"offset", "data"}` for a chunk of `stdout` or `stderr`, `{}`
+    /// for `restart`, the job object for `result`, `{"error", "message"}`
+    /// for `error`.
+    data: String,
+}
+
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+#[allow(dead_code)]
+pub enum LiveEventName {
+    Stdout,
+    Stderr,
+    Restart,
+    Result,
+    Error,
 }
 
 /// A job (or session exec) still running: poll `GET /v1/jobs/{id}`.
