@@ -209,6 +209,16 @@ async fn test_cases_run_one_program_against_each_input() {
     assert_eq!((status, error["error"]["jobs"][0]["index"].as_u64()), (400, Some(1)), "{error}");
     let (status, _) = post_batch(api, ALICE, &json!({ "program": program, "jobs": [] })).await;
     assert_eq!(status, 400);
+
+    // A case's null field is the program's.
+    let with_expected =
+        json!({ "language": "py", "code": "print(int(input()) * 2)", "expected_stdout": "8", "compare": "trim" });
+    let body = json!({ "program": with_expected, "cases": [{ "stdin": "4", "expected_stdout": null, "args": null }] });
+    let (status, submitted) = post_batch(api, ALICE, &body).await;
+    assert_eq!(status, 202, "{submitted}");
+    let id = submitted["id"].as_str().expect("id");
+    let (_, batch) = get_json(api, ALICE, &format!("/v1/batches/{id}?wait=60")).await;
+    assert_eq!(batch["jobs"][0]["verdict"], "accepted", "{batch}");
 }
 
 #[tokio::test]
