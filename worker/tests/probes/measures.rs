@@ -51,9 +51,19 @@ print("done")
     let outcome = runner.run(&in_lane("measures-cpu", code), &CancellationToken::new()).await.outcome;
     assert_eq!((outcome.status, outcome.stdout.as_str()), (Status::Completed, "done\n"), "{outcome:#?}");
     let (cpu, wall) = (outcome.cpu_ms.expect("cpu_ms"), outcome.duration_ms);
-    assert!(wall >= 1500, "the burn ran inside the job's time: {outcome:#?}");
-    assert!(
-        cpu >= 1200,
-        "1.5 s of CPU burnt before the job's end left out of cpu_ms ({cpu} ms of {wall} ms): {outcome:#?}"
-    );
+    eprintln!("pending work's burn: {cpu} ms of CPU counted in {wall} ms");
+    if wall >= 1500 {
+        // The burn ran before the end report: it is the job's.
+        assert!(
+            cpu >= 1200,
+            "1.5 s of CPU burnt before the job's end left out of cpu_ms ({cpu} ms of {wall} ms): {outcome:#?}"
+        );
+    } else {
+        // The harness's collections came first (which depends on how V8
+        // schedules the tasks): the job ended with work still pending, so
+        // its child, which would burn outside any job's count, serves no
+        // later job.
+        let next = runner.run(&in_lane("measures-cpu", "print(1)"), &CancellationToken::new()).await.outcome;
+        assert!(!next.warm, "a child with the last job's work pending ran the next: {outcome:#?}\n{next:#?}");
+    }
 }
