@@ -324,6 +324,21 @@ export class Client {
     return body as T;
   }
 
+  /** A GET whose body is read as a stream; an error status is thrown as
+   * the server's error. */
+  async #streaming(path: string): Promise<Response> {
+    const response = await this.#send("GET", path);
+    if (response.status >= 400) {
+      const text = await response.text();
+      let body: unknown = text;
+      try {
+        body = JSON.parse(text);
+      } catch { /* not JSON: kept as text */ }
+      throw errorFor(response.status, body);
+    }
+    return response;
+  }
+
   /** Queues a job; resolves to its id. */
   async submit(code: string, language: Language = "python", options: JobOptions & { idempotencyKey?: string } = {}) {
     const { idempotencyKey, ...fields } = options;
@@ -384,15 +399,7 @@ export class Client {
 
   /** Each job of the batch as it finishes (NDJSON), until all have. */
   async *streamResults(id: string): AsyncGenerator<Job> {
-    const response = await this.#send("GET", `/v1/batches/${encodeURIComponent(id)}/results`);
-    if (response.status >= 400) {
-      const text = await response.text();
-      let body: unknown = text;
-      try {
-        body = JSON.parse(text);
-      } catch { /* not JSON: kept as text */ }
-      throw errorFor(response.status, body);
-    }
+    const response = await this.#streaming(`/v1/batches/${encodeURIComponent(id)}/results`);
     const decoder = new TextDecoder();
     let pending = "";
     for await (const chunk of response.body as unknown as AsyncIterable<Uint8Array>) {
@@ -410,15 +417,7 @@ export class Client {
   /** The job's output as it is written (what came before the call
    * first), then one `result` event with the finished job. */
   async *stream(id: string): AsyncGenerator<OutputEvent> {
-    const response = await this.#send("GET", `/v1/jobs/${encodeURIComponent(id)}/events`);
-    if (response.status >= 400) {
-      const text = await response.text();
-      let body: unknown = text;
-      try {
-        body = JSON.parse(text);
-      } catch { /* not JSON: kept as text */ }
-      throw errorFor(response.status, body);
-    }
+    const response = await this.#streaming(`/v1/jobs/${encodeURIComponent(id)}/events`);
     const decoder = new TextDecoder();
     let pending = "";
     for await (const chunk of response.body as unknown as AsyncIterable<Uint8Array>) {
