@@ -73,7 +73,7 @@ pub(crate) fn service(state: AppState) -> StreamableHttpService<McpServer, Never
 
 /// Every tool `/mcp` offers.
 fn tools(limits: &ApiLimits) -> ToolRouter<McpServer> {
-    // A further group of tools is added here: `McpServer::job_tools() + McpServer::other_tools()`.
+    // One router per group of tools: one-off jobs, and sessions.
     let mut tools = McpServer::job_tools() + McpServer::session_tools();
     // The description names the limits in force, which are configuration,
     // so it is written here rather than in the `#[tool]` attribute.
