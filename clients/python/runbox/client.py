@@ -150,6 +150,16 @@ def _events_request(job_id: str) -> dict:
     return {"method": "GET", "url": f"/v1/jobs/{job_id}/events", "timeout": httpx.Timeout(30.0, read=None)}
 
 
+def _exec_events_request(session_id: str, code: str, stdin: Optional[str], timeout_ms: Optional[int]) -> dict:
+    return {
+        "method": "POST",
+        "url": f"/v1/sessions/{session_id}/exec",
+        "json": _exec_body(code, stdin, timeout_ms),
+        "headers": {"Accept": "text/event-stream"},
+        "timeout": httpx.Timeout(30.0, read=None),
+    }
+
+
 def _idempotency(key: Optional[str]) -> dict:
     return {"Idempotency-Key": key} if key else {}
 
@@ -271,8 +281,19 @@ class Client:
         """The job's output as it is written: `stdout` and `stderr` chunks
         (what was written before the call comes first), then one `result`
         event with the finished job, after which the iterator ends."""
+        return self._events(_events_request(job_id))
+
+    def stream_exec(
+        self, session_id: str, code: str, stdin: Optional[str] = None, timeout_ms: Optional[int] = None
+    ) -> Iterator[OutputEvent]:
+        """`exec_in`, with the exec's output as it is written, as `stream`
+        gives a job's. Never retried, as `exec_in` is not."""
+        return self._events(_exec_events_request(session_id, code, stdin, timeout_ms))
+
+    def _events(self, request: dict) -> Iterator[OutputEvent]:
+        what = f"{request['method']} {request['url']}"
         try:
-            with self._http.stream(**_events_request(job_id)) as response:
+            with self._http.stream(**request) as response:
                 if response.status_code >= 400:
                     response.read()
                     raise error_for(response.status_code, _body(response))
@@ -284,8 +305,8 @@ class Client:
                         if event.kind == "result":
                             return
         except httpx.HTTPError as e:
-            raise TransportError(f"GET /v1/jobs/{job_id}/events: {e}") from e
-        raise TransportError(f"GET /v1/jobs/{job_id}/events: the stream ended before the result")
+            raise TransportError(f"{what}: {e}") from e
+        raise TransportError(f"{what}: the stream ended before the result")
 
     def cancel(self, job_id: str) -> Job:
         return Job.from_json(self._request("DELETE", f"/v1/jobs/{job_id}"))
@@ -467,10 +488,20 @@ class AsyncClient:
             if job.done or (deadline is not None and time.monotonic() >= deadline):
                 return job
 
-    async def stream(self, job_id: str) -> AsyncIterator[OutputEvent]:
+    def stream(self, job_id: str) -> AsyncIterator[OutputEvent]:
         """`Client.stream`, asynchronously."""
+        return self._events(_events_request(job_id))
+
+    def stream_exec(
+        self, session_id: str, code: str, stdin: Optional[str] = None, timeout_ms: Optional[int] = None
+    ) -> AsyncIterator[OutputEvent]:
+        """`Client.stream_exec`, asynchronously."""
+        return self._events(_exec_events_request(session_id, code, stdin, timeout_ms))
+
+    async def _events(self, request: dict) -> AsyncIterator[OutputEvent]:
+        what = f"{request['method']} {request['url']}"
         try:
-            async with self._http.stream(**_events_request(job_id)) as response:
+            async with self._http.stream(**request) as response:
                 if response.status_code >= 400:
                     await response.aread()
                     raise error_for(response.status_code, _body(response))
@@ -482,8 +513,8 @@ class AsyncClient:
                         if event.kind == "result":
                             return
         except httpx.HTTPError as e:
-            raise TransportError(f"GET /v1/jobs/{job_id}/events: {e}") from e
-        raise TransportError(f"GET /v1/jobs/{job_id}/events: the stream ended before the result")
+            raise TransportError(f"{what}: {e}") from e
+        raise TransportError(f"{what}: the stream ended before the result")
 
     async def run(self, code: str, language: str = "python", **fields: Any) -> Job:
         return await self.wait(await self.submit(code, language, **fields))
@@ -621,6 +652,10 @@ class Session:
     def __repr__(self) -> str:
         return f"Session(id={self.id!r}, language={self.language!r}, status={self.status!r})"
 
+    def stream(self, code: str, stdin: Optional[str] = None, timeout_ms: Optional[int] = None) -> Iterator[OutputEvent]:
+        """`exec`, with its output as it is written (see `Client.stream`)."""
+        return self.client.stream_exec(self.id, code, stdin=stdin, timeout_ms=timeout_ms)
+
     def exec(self, code: str, stdin: Optional[str] = None, timeout_ms: Optional[int] = None) -> SessionExec:
         result = self.client.exec_in(self.id, code, stdin=stdin, timeout_ms=timeout_ms)
         if result.session_status is not None:
@@ -672,6 +707,12 @@ class AsyncSession:
 
     def __repr__(self) -> str:
         return f"AsyncSession(id={self.id!r}, language={self.language!r}, status={self.status!r})"
+
+    def stream(
+        self, code: str, stdin: Optional[str] = None, timeout_ms: Optional[int] = None
+    ) -> AsyncIterator[OutputEvent]:
+        """`exec`, with its output as it is written (see `Client.stream`)."""
+        return self.client.stream_exec(self.id, code, stdin=stdin, timeout_ms=timeout_ms)
 
     async def exec(self, code: str, stdin: Optional[str] = None, timeout_ms: Optional[int] = None) -> SessionExec:
         result = await self.client.exec_in(self.id, code, stdin=stdin, timeout_ms=timeout_ms)

@@ -154,3 +154,29 @@ def test_too_many_sessions_is_retried_then_raised(stack):
         held.destroy()
         with client.create_session("python") as freed:
             assert freed.exec("print('room again')").stdout == "room again\n"
+
+
+def test_a_session_exec_streams_its_output(client):
+    with client.create_session("python") as session:
+        session.exec("import time\nn = 41")
+        seen = [(time.monotonic(), e) for e in session.stream("print('start', flush=True)\ntime.sleep(1.5)\nprint(n + 1)")]
+        first, last = seen[0], seen[-1]
+        assert (first[1].kind, first[1].data) == ("stdout", "start\n")
+        assert last[1].kind == "result" and last[1].job.stdout == "start\n42\n"
+        assert last[0] - first[0] >= 1.0, "the first chunk came only at the end"
+        # The session lives on for the next exec.
+        assert session.exec("print(n)").stdout == "41\n"
+
+
+def test_an_async_session_exec_streams(stack):
+    async def main():
+        async with AsyncClient(stack.url, TOKEN) as client:
+            session = await client.create_session("python")
+            try:
+                events = [e async for e in session.stream("print('a')\nprint('b')")]
+                assert "".join(e.data for e in events if e.kind == "stdout") == "a\nb\n"
+                assert events[-1].job.stdout == "a\nb\n"
+            finally:
+                await session.destroy()
+
+    asyncio.run(main())
