@@ -60,11 +60,6 @@ open("left.txt", "w").write("from the last job")
 os.chdir("/tmp")
 print(random.random())
 "#;
-    let changed = run(&runner, &in_lane(lane, changes)).await;
-    assert_eq!((changed.outcome.status, changed.outcome.exit_code), (Status::Completed, Some(0)), "{changed:#?}");
-    assert_reused(&changed, true);
-    assert_ne!(first.outcome.stdout, changed.outcome.stdout, "every job reseeds random");
-
     let check = r#"
 import json, os, sys
 assert len([1, 2]) == 2
@@ -78,9 +73,22 @@ import pyodide_js
 assert not pyodide_js._api.config._loadSnapshot, "the shared snapshot buffer is out of reach"
 print("clean")
 "#;
-    let checked = run(&runner, &expecting(lane, check, "clean\n")).await;
-    assert_reused(&checked, true);
-    assert_eq!(checked.outcome.verdict, Some(Verdict::Accepted), "{checked:#?}");
+    // The check means something only in the child the changes ran in. A
+    // child that cannot be shown clean in time (a loaded machine) is
+    // replaced, so the pair is tried again, up to three times.
+    for attempt in 1..=3 {
+        let changed = run(&runner, &in_lane(lane, changes)).await;
+        assert_eq!((changed.outcome.status, changed.outcome.exit_code), (Status::Completed, Some(0)), "{changed:#?}");
+        assert_ne!(first.outcome.stdout, changed.outcome.stdout, "every job reseeds random");
+        let checked = run(&runner, &expecting(lane, check, "clean\n")).await;
+        assert_eq!(checked.outcome.verdict, Some(Verdict::Accepted), "{checked:#?}");
+        if checked.outcome.warm {
+            assert_reused(&checked, true);
+            return;
+        }
+        eprintln!("attempt {attempt}: the check ran in a new child; trying again");
+    }
+    panic!("the check never ran in the child the changes ran in");
 }
 
 /// Each Python job runs in a bare realm of its own, thrown away and collected
