@@ -20,10 +20,13 @@ pub mod sandbox_fusion;
 use std::borrow::Cow;
 
 use axum::Router;
-use axum::extract::DefaultBodyLimit;
+use axum::extract::{DefaultBodyLimit, Request};
+use axum::middleware::Next;
+use axum::response::Response;
 use runbox_common::JobRecord;
 
 use crate::AppState;
+use crate::auth::{bearer, identify};
 
 /// Every compatible API's routes, each with its own token check.
 pub fn router(state: &AppState) -> Router<AppState> {
@@ -41,6 +44,26 @@ pub fn redacted_path(path: &str) -> Cow<'_, str> {
     match piston::redacted_path(path) {
         Cow::Borrowed(path) => sandbox_fusion::redacted_path(path),
         redacted => redacted,
+    }
+}
+
+/// Lets a request to a compatible API that carries its token in the path
+/// through as that token's caller: a bearer header if there is one, else
+/// `from_path`. Anything else gets `refused`.
+async fn admit(
+    state: &AppState,
+    mut request: Request,
+    next: Next,
+    from_path: Option<String>,
+    refused: impl FnOnce() -> Response,
+) -> Response {
+    let presented = bearer(request.headers()).map(str::to_owned).or(from_path);
+    match identify(state, presented.as_deref()) {
+        Some(caller) => {
+            request.extensions_mut().insert(caller);
+            next.run(request).await
+        }
+        None => refused(),
     }
 }
 

@@ -30,7 +30,7 @@ use runbox_common::{JobRecord, Language, Status};
 use serde_json::{Map, Value, json};
 
 use crate::AppState;
-use crate::auth::{Caller, bearer, identify};
+use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::jobs::{enqueue, owned, wait_for};
 use crate::validate;
@@ -165,7 +165,7 @@ pub fn router(state: &AppState) -> Router<AppState> {
 }
 
 /// The token comes from a bearer header if there is one, else from the path.
-async fn require_token(State(state): State<AppState>, mut request: Request, next: Next) -> Response {
+async fn require_token(State(state): State<AppState>, request: Request, next: Next) -> Response {
     let from_path = request
         .uri()
         .path()
@@ -173,14 +173,7 @@ async fn require_token(State(state): State<AppState>, mut request: Request, next
         .and_then(|rest| rest.split('/').next())
         .filter(|segment| *segment != "api")
         .map(str::to_owned);
-    let presented = bearer(request.headers()).map(str::to_owned).or(from_path);
-    match identify(&state, presented.as_deref()) {
-        Some(caller) => {
-            request.extensions_mut().insert(caller);
-            next.run(request).await
-        }
-        None => PistonError::Api(ApiError::Unauthorized).into_response(),
-    }
+    super::admit(&state, request, next, from_path, || PistonError::Api(ApiError::Unauthorized).into_response()).await
 }
 
 async fn runtimes() -> Json<Value> {

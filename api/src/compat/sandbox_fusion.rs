@@ -48,7 +48,7 @@ use serde_json::{Map, Value, json};
 use tokio::time::Instant;
 
 use crate::AppState;
-use crate::auth::{Caller, bearer, identify};
+use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::jobs::{enqueue, owned, wait_for};
 use crate::{sessions, validate};
@@ -194,21 +194,14 @@ pub fn router(state: &AppState) -> Router<AppState> {
 }
 
 /// The token comes from a bearer header if there is one, else from the path.
-async fn require_token(State(state): State<AppState>, mut request: Request, next: Next) -> Response {
+async fn require_token(State(state): State<AppState>, request: Request, next: Next) -> Response {
     let from_path = request
         .uri()
         .path()
         .strip_prefix(PREFIX)
         .and_then(|rest| rest.split_once('/'))
         .map(|(segment, _)| segment.to_owned());
-    let presented = bearer(request.headers()).map(str::to_owned).or(from_path);
-    match identify(&state, presented.as_deref()) {
-        Some(caller) => {
-            request.extensions_mut().insert(caller);
-            next.run(request).await
-        }
-        None => FusionError::Api(ApiError::Unauthorized).into_response(),
-    }
+    super::admit(&state, request, next, from_path, || FusionError::Api(ApiError::Unauthorized).into_response()).await
 }
 
 /// SandboxFusion's `RunStatus`.
