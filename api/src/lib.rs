@@ -39,6 +39,7 @@ mod jobs;
 mod mcp;
 mod metrics;
 mod openapi;
+mod page;
 mod quotas;
 mod sessions;
 mod validate;
@@ -129,6 +130,7 @@ pub fn app(state: AppState) -> Router {
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/openapi.json", get(openapi::serve))
+        .route("/", get(page::index))
         .fallback(|method: Method, uri: Uri| async move {
             ApiError::NoRoute(format!("{method} {}", compat::redacted_path(uri.path())))
         })

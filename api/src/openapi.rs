@@ -8,8 +8,9 @@
 //! configures (timeouts, idle timeouts) are written into the document when
 //! it is served, so it describes the api answering it.
 //!
-//! Left out: `/mcp` (described by MCP itself), and the Judge0- and
-//! Piston-compatible APIs (described by those projects).
+//! Left out: `/mcp` (described by MCP itself), the Judge0- and
+//! Piston-compatible APIs (described by those projects), and `/`, the
+//! page for people (HTML, which calls the routes described here).
 
 use axum::Json;
 use axum::extract::State;
