@@ -45,6 +45,8 @@ pub struct Metrics {
     registry: MetricsRegistry,
     /// Jobs that reached a final status on this worker, by language and status.
     pub jobs_finished: IntCounterVec,
+    /// Verdicts of jobs that said what to expect, by language and verdict.
+    pub verdicts: IntCounterVec,
     /// Wall-clock run time of each job in its child, by language.
     pub run_duration: HistogramVec,
     /// Time from enqueue until a worker started the job.
@@ -64,6 +66,8 @@ pub struct Metrics {
     pub peak_memory: HistogramVec,
     /// Job slots currently running a job.
     pub busy_slots: IntGauge,
+    /// Sessions this worker holds open (each holds a slot).
+    pub sessions: IntGauge,
     /// Jobs refused because their signature did not verify.
     pub rejected_signatures: IntCounter,
     /// Entries taken over from a worker that stopped answering.
@@ -80,6 +84,10 @@ impl Metrics {
             jobs_finished: r.add(IntCounterVec::new(
                 Opts::new("jobs_finished_total", "Jobs that reached a final status on this worker."),
                 &["language", "status"],
+            )),
+            verdicts: r.add(IntCounterVec::new(
+                Opts::new("verdicts_total", "Verdicts of jobs that said what to expect."),
+                &["language", "verdict"],
             )),
             run_duration: r.add(HistogramVec::new(
                 HistogramOpts::new("run_duration_seconds", "Wall-clock run time of each job in its child.")
@@ -120,6 +128,7 @@ impl Metrics {
                 &["language", "lane"],
             )),
             busy_slots: r.add(IntGauge::new("busy_slots", "Job slots currently running a job.")),
+            sessions: r.add(IntGauge::new("sessions", "Sessions this worker holds open.")),
             rejected_signatures: r.add(IntCounter::new(
                 "rejected_signatures_total",
                 "Jobs refused because their signature did not verify.",

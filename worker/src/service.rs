@@ -228,24 +228,30 @@ impl Worker {
     /// Runs one claimed entry. None means it must be left pending: the
     /// worker is shutting down and the job was killed half-way.
     async fn run_entry(&self, entry: &Claimed) -> Option<Ran> {
+        // A job that never reached a child still counts among the finished:
+        // its language is not known (its spec was not read), so it is "unknown".
+        let unrun = |outcome: Outcome| {
+            self.metrics.jobs_finished.with_label_values(&["unknown", outcome.status.as_str()]).inc();
+            Some(Ran::without_child(outcome))
+        };
         if entry.deliveries > self.config.max_deliveries {
             warn!(deliveries = entry.deliveries, "job was delivered too often; its workers keep dying");
-            return Some(Ran::without_child(Outcome {
+            return unrun(Outcome {
                 status: Status::WorkerLost,
                 ..Outcome::internal_error("the job's worker stopped answering too many times")
-            }));
+            });
         }
         if !self.config.shared.signing_key.verify(&entry.id, &entry.payload, &entry.signature) {
             self.metrics.rejected_signatures.inc();
             warn!(entry = %entry.entry, "signature did not verify; the job will not run");
-            return Some(Ran::without_child(Outcome {
+            return unrun(Outcome {
                 status: Status::Rejected,
                 ..Outcome::internal_error("job signature did not verify")
-            }));
+            });
         }
         let spec: JobSpec = match serde_json::from_str(&entry.payload) {
             Ok(spec) => spec,
-            Err(e) => return Some(Ran::without_child(Outcome::internal_error(format!("unreadable job spec: {e}")))),
+            Err(e) => return unrun(Outcome::internal_error(format!("unreadable job spec: {e}"))),
         };
         tracing::Span::current().record("language", spec.language.as_str());
 
@@ -262,6 +268,9 @@ impl Worker {
         if let Some(ran) = &ran {
             let language = [spec.language.as_str()];
             self.metrics.jobs_finished.with_label_values(&[language[0], ran.outcome.status.as_str()]).inc();
+            if let Some(verdict) = ran.outcome.verdict {
+                self.metrics.verdicts.with_label_values(&[language[0], verdict.as_str()]).inc();
+            }
             self.metrics.run_duration.with_label_values(&language).observe(ran.outcome.duration_ms as f64 / 1000.0);
             self.metrics.boot_duration.with_label_values(&language).observe(ran.boot.as_secs_f64());
             if ran.outcome.warm {

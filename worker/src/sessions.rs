@@ -129,9 +129,11 @@ impl Worker {
         let (sender, tasks) = mpsc::unbounded_channel();
         let end = self.stopping.child_token();
         self.sessions.lock().insert(task.id.clone(), Live { tasks: sender, end: end.clone() });
+        self.count_sessions();
         let ready = self.queue.session_ready(&task.id, &self.config.name, checkpoint.as_deref()).await;
         if !matches!(ready, Ok(true)) {
             self.sessions.lock().remove(&task.id);
+            self.count_sessions();
             return (failed("the session ended before it could start".into()), None);
         }
         info!(session = %task.id, restored_from = ?checkpoint, ms = started.elapsed().as_millis() as u64, "session opened");
@@ -162,6 +164,7 @@ impl Worker {
             let ended = self.session_loop(&mut opened).await;
             opened.child.kill();
             self.sessions.lock().remove(&opened.id);
+            self.count_sessions();
             info!(ended = ended, "session closed on this worker");
         }
         .instrument(span)
@@ -345,6 +348,11 @@ impl Worker {
                 Restore::Replay(log)
             }
         })
+    }
+
+    /// Brings the `sessions` gauge up to date after a session came or went.
+    fn count_sessions(&self) {
+        self.metrics.sessions.set(i64::try_from(self.sessions.count()).unwrap_or(i64::MAX));
     }
 
     async fn end_session(&self, s: &Opened, status: SessionStatus, reason: &str) {
