@@ -17,6 +17,10 @@ fn main() -> ExitCode {
 
 fn run() -> anyhow::Result<()> {
     let config = ApiConfig::from_env()?;
+    // `runbox-api health`: the image's health check, against the api it runs.
+    if std::env::args().nth(1).as_deref() == Some("health") {
+        return runbox_common::process::check_health(config.port, "/readyz").map_err(anyhow::Error::msg);
+    }
     let runtime = tokio::runtime::Runtime::new().context("starting tokio")?;
     runtime.block_on(async {
         let listener = tokio::net::TcpListener::bind(("0.0.0.0", config.port))

@@ -53,6 +53,9 @@ enum Command {
         #[arg(long, default_value_t = 0)]
         pause_ms: u64,
     },
+    /// The image's health check: asks this worker's `/healthz`, on
+    /// RUNBOX_METRICS_PORT, and fails if that is unset or does not answer 200.
+    Health,
 }
 
 fn main() -> ExitCode {
@@ -89,6 +92,12 @@ fn run() -> anyhow::Result<()> {
             println!("{}", serde_json::to_string_pretty(&report.outcome)?);
             anyhow::Ok(())
         })?,
+        Some(Command::Health) => {
+            let port = WorkerConfig::from_env()?
+                .metrics_port
+                .context("RUNBOX_METRICS_PORT is not set: nothing serves /healthz")?;
+            runbox_common::process::check_health(port, "/healthz").map_err(anyhow::Error::msg)?;
+        }
         Some(Command::Batch { concurrency, warm_up, pause_ms }) => {
             let pause = std::time::Duration::from_millis(pause_ms);
             runtime.block_on(batch::run(concurrency.max(1), warm_up, pause))?;
