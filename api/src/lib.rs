@@ -24,6 +24,7 @@
 //!   subscription.
 //! - `error`: the one mapping from errors to HTTP responses.
 //! - `openapi`: `/openapi.json`, the native API described from these types.
+//! - `page`: `/`, a page for people to run code from a browser.
 //! - `metrics`: every metric the api exports.
 //! - `config`: settings, read from the environment once.
 
