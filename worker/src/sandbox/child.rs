@@ -28,7 +28,7 @@ use super::output::{Captured, capture_into, capture_with_files, returned_files};
 use super::{Sandbox, SandboxError};
 
 /// Written by a harness once it is booted; see `runtime/harness/protocol.mjs`.
-const READY: &[u8] = b"\x06runbox-ready\n";
+pub(super) const READY: &[u8] = b"\x06runbox-ready\n";
 
 /// What a harness writes last on stderr, before the job's nonce, when the
 /// program ran out of memory; see `runtime/harness/protocol.mjs`.

@@ -29,6 +29,8 @@ mod command;
 mod fuzz;
 mod isolation;
 mod live;
+#[cfg(test)]
+mod markers;
 mod output;
 mod pool;
 mod runtime;
