@@ -25,7 +25,7 @@ fn harness_markers() -> BTreeMap<String, String> {
 #[test]
 fn the_harness_writes_the_markers_the_runner_reads() {
     let runner = BTreeMap::from([
-        ("READY", String::from_utf8(super::child::READY.to_vec()).unwrap()),
+        ("READY", String::from_utf8(super::child::READY.to_vec()).expect("READY is UTF-8")),
         ("END_MARKER", super::shared::END_MARKER.to_owned()),
         ("FILES_MARKER", super::child::FILES_MARKER.to_owned()),
         ("MEMORY_MARKER", super::child::MEMORY_MARKER.to_owned()),
