@@ -481,7 +481,7 @@ fn millis(duration: Duration) -> u64 {
 }
 
 /// Exponential backoff from 100 ms up to 5 s.
-struct Backoff {
+pub(crate) struct Backoff {
     next: Duration,
     failures: u32,
 }
@@ -490,11 +490,11 @@ impl Backoff {
     const FIRST: Duration = Duration::from_millis(100);
     const MAX: Duration = Duration::from_secs(5);
 
-    fn new() -> Backoff {
+    pub(crate) fn new() -> Backoff {
         Backoff { next: Backoff::FIRST, failures: 0 }
     }
 
-    fn next(&mut self) -> Duration {
+    pub(crate) fn next(&mut self) -> Duration {
         let delay = self.next;
         self.next = (self.next * 2).min(Backoff::MAX);
         self.failures += 1;

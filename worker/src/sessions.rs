@@ -30,7 +30,7 @@ use tracing::{Instrument, info, info_span, warn};
 use crate::Sandbox;
 use crate::live::Forwarder;
 use crate::sandbox::{BootedSession, Replayed, Restore, SessionChild, SessionError};
-use crate::service::{Ran, RunningJob, Worker};
+use crate::service::{Backoff, Ran, RunningJob, Worker};
 
 /// How long one wait on the inbox blocks in Redis.
 pub(crate) const INBOX_BLOCK: Duration = Duration::from_secs(1);
@@ -215,7 +215,7 @@ impl Worker {
     async fn session_exec(&self, s: &mut Opened, claimed: &Claimed, spec: &JobSpec) -> bool {
         if !matches!(self.queue.start(claimed, &self.config.name, &now_rfc3339()).await, Ok(Some(_))) {
             // Cancelled before it began: the session is untouched.
-            let _ = self.queue.session_idle(&s.id, &self.config.name, 0, None).await;
+            self.mark_idle(s, 0, None).await;
             let cancelled = Outcome { status: Status::Cancelled, ..Outcome::internal_error("") };
             self.finish(claimed, &Ran::without_child(cancelled)).await;
             return true;
@@ -252,7 +252,7 @@ impl Worker {
             }
         }
         if kept {
-            let _ = self.queue.session_idle(&s.id, &self.config.name, 1, restored.as_deref()).await;
+            self.mark_idle(s, 1, restored.as_deref()).await;
         }
         self.finish(claimed, &Ran { outcome, boot: Duration::ZERO, ended_ms, session: None }).await;
         kept
@@ -261,7 +261,11 @@ impl Worker {
     /// Takes a checkpoint and answers its job: the checkpoint's info as
     /// JSON on stdout, or exit 1 and why not on stderr.
     async fn session_checkpoint(&self, s: &mut Opened, claimed: &Claimed, id: &str) {
-        let _ = self.queue.start(claimed, &self.config.name, &now_rfc3339()).await;
+        if let Err(e) = self.queue.start(claimed, &self.config.name, &now_rfc3339()).await {
+            // Its answer is written below all the same; only `running` is not shown meanwhile.
+            self.metrics.redis_errors.inc();
+            warn!(error = %e, "could not mark the checkpoint running");
+        }
         let started = Instant::now();
         let limits = self.config.sessions;
         let taken = match s.child.checkpoint().await {
@@ -294,7 +298,7 @@ impl Worker {
             }
             Err(e) => Err(e),
         };
-        let _ = self.queue.session_idle(&s.id, &self.config.name, 0, None).await;
+        self.mark_idle(s, 0, None).await;
         let duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(0);
         let outcome = match stored {
             Ok(info) => {
@@ -348,6 +352,28 @@ impl Worker {
                 Restore::Replay(log)
             }
         })
+    }
+
+    /// Marks session `s` idle again after an exec (`execs` 1) or a
+    /// checkpoint or cancelled exec (0), retrying until Redis takes it: a
+    /// session left busy would refuse every later exec with 409. Gives up
+    /// only when the worker is killed, which ends the session anyway.
+    async fn mark_idle(&self, s: &Opened, execs: u64, restored_from: Option<&str>) {
+        let mut backoff = Backoff::new();
+        loop {
+            match self.queue.session_idle(&s.id, &self.config.name, execs, restored_from).await {
+                Ok(()) => return,
+                Err(e) => {
+                    self.metrics.redis_errors.inc();
+                    let delay = backoff.next();
+                    warn!(session = %s.id, error = %e, retry_in = ?delay, "could not mark the session idle; retrying");
+                    tokio::select! {
+                        () = tokio::time::sleep(delay) => {}
+                        () = self.kill.cancelled() => return,
+                    }
+                }
+            }
+        }
     }
 
     /// Brings the `sessions` gauge up to date after a session came or went.
