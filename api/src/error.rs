@@ -26,10 +26,10 @@ pub enum ApiError {
     #[error("no such job or batch (or not yours)")]
     NotFound,
     /// A request no route answers: its method and path.
-    #[error("no route {0}: the README's API reference lists every route")]
+    #[error("no route {0}: docs/api.md lists every route")]
     NoRoute(String),
     /// A route that exists, asked with another method.
-    #[error("{0} is not allowed here: the README's API reference lists each route's methods")]
+    #[error("{0} is not allowed here: docs/api.md lists each route's methods")]
     MethodNotAllowed(String),
     #[error("the queue is full; retry after the Retry-After delay")]
     QueueFull,

@@ -54,7 +54,7 @@ pub struct JobView {
     /// runbox (null until it has run, or where nothing ran).
     cpu_ms: Option<u64>,
     /// The job's peak memory in bytes, measured by runbox; what each lane
-    /// counts is in the README.
+    /// counts is in docs/api.md ("What each lane measures").
     peak_memory_bytes: Option<u64>,
     created_at: Option<String>,
     started_at: Option<String>,

@@ -429,7 +429,7 @@ pub struct Outcome {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cpu_ms: Option<u64>,
     /// The job's peak memory in bytes, measured by runbox (what each lane
-    /// counts is in the README); None where nothing ran.
+    /// counts is in docs/api.md); None where nothing ran.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub peak_memory_bytes: Option<u64>,
 }

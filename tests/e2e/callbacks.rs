@@ -102,7 +102,7 @@ async fn read_request(socket: &mut tokio::net::TcpStream) -> Option<Received> {
     Some(Received { headers, body: buf[head_end..head_end + length].to_vec() })
 }
 
-/// Checks `Runbox-Signature` the way the README tells receivers to.
+/// Checks `Runbox-Signature` the way docs/api.md (Callbacks) tells receivers to.
 fn verify(received: &Received) {
     let signature = received.header("Runbox-Signature");
     let (t, v1) = signature.split_once(",v1=").expect("t=...,v1=...");

@@ -45,7 +45,7 @@ async fn owners_take_turns() {
     assert_eq!(order, ["alice", "bob", "alice", "bob", "alice", "alice", "alice"]);
 }
 
-/// The README's bound: while alice has 2,000 jobs queued, each of bob's 20
+/// The bound docs/architecture.md states: while alice has 2,000 jobs queued, each of bob's 20
 /// waits behind at most one of alice's per turn, plus what the worker's
 /// slots hold. The assertion allows twice that, for the time the test
 /// itself takes to look; without turns, bob's jobs would wait behind every

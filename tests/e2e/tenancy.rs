@@ -5,7 +5,7 @@
 //! `/judge0`, `/piston` and `/mcp`.
 //!
 //! Every refusal is checked twice over: bob gets the exact status and code
-//! the README documents, and that answer is the same, byte for byte, as the
+//! docs/api.md documents, and that answer is the same, byte for byte, as the
 //! answer for an id that does not exist, so another token's resource is as
 //! good as absent. Every refusal also has a positive control: alice does
 //! the same operation on the same resource and it works, so a test cannot
@@ -350,7 +350,7 @@ impl Received {
         serde_json::from_slice(&self.body).expect("a JSON body")
     }
 
-    /// Whether `Runbox-Signature` is HMAC-SHA256 under `secret`, as the README says.
+    /// Whether `Runbox-Signature` is HMAC-SHA256 under `secret`, as docs/api.md says.
     fn signed_by(&self, secret: &str) -> bool {
         let signature = self.header("Runbox-Signature");
         let Some((t, v1)) = signature.split_once(",v1=") else { return false };

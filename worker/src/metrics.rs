@@ -62,7 +62,7 @@ pub struct Metrics {
     /// language and lane.
     pub cpu: HistogramVec,
     /// Each job's peak memory, as runbox measured it (what each lane
-    /// counts differs: see the README), by language and lane.
+    /// counts differs: see docs/api.md), by language and lane.
     pub peak_memory: HistogramVec,
     /// Job slots currently running a job.
     pub busy_slots: IntGauge,

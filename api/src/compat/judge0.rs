@@ -515,7 +515,7 @@ fn submission(record: &JobRecord, note: Option<&Note>, base64: bool) -> Map<Stri
         _ => o.duration_ms,
     };
     put("time", seconds(outcome.map(time)));
-    // KB, as Judge0 reports it: runbox's measured peak (see the README).
+    // KB, as Judge0 reports it: runbox's measured peak (see docs/api.md, What each lane measures).
     put("memory", json!(outcome.and_then(|o| o.peak_memory_bytes).map(|bytes| bytes / 1024)));
     put("stderr", text(outcome.map(|o| o.stderr.as_str())));
     put("token", json!(record.id));

@@ -1,4 +1,4 @@
-"""Sync and async clients for runbox's HTTP API (see the project README).
+"""Sync and async clients for runbox's HTTP API (see the project's docs/api.md).
 
 Both follow the same rules:
 
@@ -336,7 +336,7 @@ class Client:
                 if line.strip():
                     yield Job.from_json(json.loads(line))
 
-    # Sessions: state that lasts across execs (see the project README).
+    # Sessions: state that lasts across execs (see the project's docs/sessions.md).
 
     def create_session(
         self, language: Optional[str] = None, idle_timeout_s: Optional[int] = None, from_checkpoint: Optional[str] = None

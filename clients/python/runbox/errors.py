@@ -7,7 +7,8 @@ from __future__ import annotations
 
 class RunboxError(Exception):
     """runbox answered with an error: `status` is the HTTP status, `code`
-    the error code from the body (see the README's error table)."""
+    the error code from the body (see the error table in runbox's
+    docs/api.md)."""
 
     def __init__(self, status: int, code: str, message: str, body: dict | None = None):
         super().__init__(f"{status} {code}: {message}")

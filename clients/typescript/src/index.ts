@@ -1,4 +1,4 @@
-// Client for runbox's HTTP API (see the project README), for Node 18+ and
+// Client for runbox's HTTP API (see the project's docs/api.md), for Node 18+ and
 // Deno: it uses only the global `fetch`.
 //
 // The rules, as in the Python client:
@@ -448,7 +448,7 @@ export class Client {
     throw new TransportError(`GET /v1/jobs/${id}/events: the stream ended before the result`);
   }
 
-  // Sessions: state that lasts across execs (see the project README).
+  // Sessions: state that lasts across execs (see the project's docs/sessions.md).
 
   /** Opens a session; resolves once a worker holds it. Retried on 429/503
    * only when runbox says it left no session behind (see `retryCreate`). */

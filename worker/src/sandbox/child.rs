@@ -381,8 +381,8 @@ impl BootedChild {
     }
 }
 
-/// What runbox measured of one job's use of CPU and memory (see the
-/// README's "What each lane measures").
+/// What runbox measured of one job's use of CPU and memory (see
+/// docs/api.md, "What each lane measures").
 #[derive(Debug, Clone, Copy, Default)]
 pub(super) struct Usage {
     pub cpu_ms: Option<u64>,
