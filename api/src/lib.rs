@@ -61,9 +61,6 @@ pub use error::ApiError;
 pub use metrics::Metrics;
 use waiters::Waiters;
 
-/// A worker whose heartbeat is older than this is not reported as live.
-const WORKER_STALE_MS: u64 = 30_000;
-
 /// After SIGTERM, how long requests in flight may take before the api
 /// exits anyway. Long-polls answer at once with the current state.
 pub const SHUTDOWN_DEADLINE: std::time::Duration = std::time::Duration::from_secs(10);
@@ -267,11 +264,5 @@ async fn metrics(State(state): State<AppState>) -> Result<String, ApiError> {
 /// What each worker with a recent heartbeat reports about itself.
 pub(crate) async fn live_workers(state: &AppState) -> Result<Vec<WorkerInfo>, ApiError> {
     let now = now_unix_ms();
-    Ok(state
-        .queue
-        .workers()
-        .await?
-        .into_iter()
-        .filter(|w| now.saturating_sub(w.seen_at_ms) < WORKER_STALE_MS)
-        .collect())
+    Ok(state.queue.workers().await?.into_iter().filter(|w| w.is_live(now)).collect())
 }

@@ -35,10 +35,6 @@ use crate::validate;
 /// answering 202 with the session still `starting`.
 const START_WAIT: Duration = Duration::from_secs(60);
 
-/// A worker whose last heartbeat (every 2 s) is older than this is taken
-/// for dead, and its sessions are brought back elsewhere.
-const WORKER_SILENT_MS: u64 = 8_000;
-
 /// How long an exec may take beyond its own timeout before the api answers
 /// 202 and leaves the client to poll `GET /v1/jobs/{id}`.
 const EXEC_MARGIN: Duration = Duration::from_secs(30);
@@ -676,7 +672,7 @@ async fn wait_on_worker(
 async fn worker_alive(state: &AppState, name: &str) -> Result<bool, ApiError> {
     let now = now_unix_ms();
     let workers = state.queue.workers().await?;
-    Ok(workers.iter().any(|w| w.name == name && now.saturating_sub(w.seen_at_ms) < WORKER_SILENT_MS))
+    Ok(workers.iter().any(|w| w.name == name && w.is_live(now)))
 }
 
 /// Session `id` if the caller owns it: another token's is as good as absent.

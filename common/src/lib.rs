@@ -55,4 +55,4 @@ pub use session::{
 pub use sign::{MIN_SIGNING_KEY_BYTES, SigningKey};
 pub use time::{now_rfc3339, now_unix_ms, rfc3339_at_unix_ms};
 pub use verdict::OutputDigest;
-pub use workers::WorkerInfo;
+pub use workers::{HEARTBEAT_EVERY, WORKER_SILENT_AFTER, WorkerInfo};

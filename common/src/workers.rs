@@ -2,7 +2,17 @@
 //! [`crate::keys::WORKERS`] hash: the api lists it in `/v1/runtimes`, and
 //! workers read `seen_at_ms` to tell the dead from the living.
 
+use std::time::Duration;
+
 use serde::{Deserialize, Serialize};
+
+/// How often each worker writes its heartbeat.
+pub const HEARTBEAT_EVERY: Duration = Duration::from_secs(2);
+
+/// How long a worker may go without a heartbeat before everyone takes it
+/// for gone: four missed beats. The api stops listing it and brings its
+/// sessions back elsewhere; workers forget it once it holds no entry.
+pub const WORKER_SILENT_AFTER: Duration = Duration::from_secs(4 * HEARTBEAT_EVERY.as_secs());
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct WorkerInfo {
@@ -24,4 +34,41 @@ pub struct WorkerInfo {
     pub sessions: usize,
     /// When it last sent a heartbeat, in Unix milliseconds.
     pub seen_at_ms: u64,
+}
+
+impl WorkerInfo {
+    /// Whether its last heartbeat, at `now_ms` (Unix milliseconds), is
+    /// recent enough for it to count as live (see [`WORKER_SILENT_AFTER`]).
+    pub fn is_live(&self, now_ms: u64) -> bool {
+        u128::from(now_ms.saturating_sub(self.seen_at_ms)) < WORKER_SILENT_AFTER.as_millis()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_worker_is_live_until_it_has_missed_four_heartbeats() {
+        let info = WorkerInfo {
+            name: "w".into(),
+            deno: None,
+            pyodide: None,
+            python_packages: serde_json::Value::Null,
+            isolation: Vec::new(),
+            concurrency: 1,
+            pool_max: 1,
+            memory_mb: 256,
+            max_output_bytes: 1024,
+            sessions: 0,
+            seen_at_ms: 100_000,
+        };
+        let silent = u64::try_from(WORKER_SILENT_AFTER.as_millis()).expect("fits");
+        assert_eq!(silent, 4 * u64::try_from(HEARTBEAT_EVERY.as_millis()).expect("fits"));
+        assert!(info.is_live(100_000));
+        assert!(info.is_live(100_000 + silent - 1));
+        assert!(!info.is_live(100_000 + silent));
+        // A clock behind the heartbeat's is not a silence.
+        assert!(info.is_live(99_000));
+    }
 }

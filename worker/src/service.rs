@@ -33,9 +33,10 @@ use crate::{Sandbox, WorkerConfig};
 const CLAIM_BLOCK: Duration = Duration::from_secs(1);
 /// How often the intake loop looks for entries left by dead workers.
 const RECLAIM_EVERY: Duration = Duration::from_secs(2);
-/// How often a worker says it is alive and keeps its entries claimed: an
-/// entry idle for `RUNBOX_RECLAIM_IDLE_MS` belongs to a dead worker.
-pub const HEARTBEAT_EVERY: Duration = Duration::from_secs(2);
+/// How often a worker says it is alive and keeps its entries claimed (an
+/// entry idle for `RUNBOX_RECLAIM_IDLE_MS` belongs to a dead worker): the
+/// contract's one interval, from which every liveness threshold follows.
+pub use runbox_common::HEARTBEAT_EVERY;
 
 /// The jobs this worker holds, by id: their stream entries, kept claimed
 /// on every heartbeat, and how to kill their children on a cancel.
@@ -400,8 +401,9 @@ async fn heartbeat(worker: Arc<Worker>, stop: CancellationToken, first: tokio::s
             worker.metrics.redis_errors.inc();
             warn!(error = %e, "could not send heartbeat");
         }
-        // Workers silent for three takeover periods are gone for good.
-        let dead_before = now_unix_ms().saturating_sub(3 * millis(worker.config.reclaim_idle));
+        // Workers silent for as long as the api takes them for gone, and
+        // holding no entry, leave the registry.
+        let dead_before = now_unix_ms().saturating_sub(millis(runbox_common::WORKER_SILENT_AFTER));
         match worker.queue.forget_dead_workers(dead_before).await {
             Ok(forgotten) if !forgotten.is_empty() => info!(?forgotten, "forgot workers that stopped answering"),
             Ok(_) => {}
