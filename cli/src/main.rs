@@ -4,8 +4,9 @@
 //! exits with the program's exit code, or with one of the codes below when
 //! it did not run to its end. `runbox batch FILE.jsonl` judges many jobs as
 //! batches and prints each result as a JSON line.
-
-mod client;
+//!
+//! Every call goes through `runbox_client`, which retries 429 and 503 and
+//! turns the API's errors into ones that name its code.
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -14,10 +15,9 @@ use std::process::ExitCode;
 
 use anyhow::{Context, anyhow, bail};
 use clap::{Args, Parser, Subcommand};
-use reqwest::Method;
+use futures_util::StreamExt;
+use runbox_client::{BatchResult, Client, Event, Job, Status, SubmitOptions};
 use serde_json::{Value, json};
-
-use crate::client::Client;
 
 // `runbox run`'s exit codes when the program did not end by itself.
 /// The time limit killed it (the code GNU `timeout` uses).
@@ -110,28 +110,22 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     let client = Client::new(&cli.url, &token)?;
     match cli.command {
         Command::Run(program) => {
-            let answer = client.json(Method::POST, "/v1/jobs", Some(&program.spec()?)).await?;
-            let id = answer["id"].as_str().ok_or_else(|| anyhow!("runbox answered without a job id: {answer}"))?;
-            let job = print_as_it_runs(&client, id).await?;
+            let submitted = client.submit_raw(&program.spec()?, &SubmitOptions::new()).await?;
+            let job = print_as_it_runs(&client, submitted.id()).await?;
             Ok(ExitCode::from(exit_code(&job)))
         }
         Command::Submit(program) => {
-            let answer = client.json(Method::POST, "/v1/jobs", Some(&program.spec()?)).await?;
-            println!("{}", answer["id"].as_str().unwrap_or_default());
+            let submitted = client.submit_raw(&program.spec()?, &SubmitOptions::new()).await?;
+            println!("{}", submitted.id());
             Ok(ExitCode::SUCCESS)
         }
         Command::Get { id, wait } => {
-            let job = if wait {
-                client.wait(&id).await?
-            } else {
-                client.json(Method::GET, &format!("/v1/jobs/{id}"), None).await?
-            };
-            println!("{}", serde_json::to_string_pretty(&job)?);
+            let job = if wait { client.wait(&id).await? } else { client.get(&id, None).await? };
+            print_job(&job)?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Cancel { id } => {
-            let job = client.json(Method::DELETE, &format!("/v1/jobs/{id}"), None).await?;
-            println!("{}", serde_json::to_string_pretty(&job)?);
+            print_job(&client.cancel(&id).await?)?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Batch { file, shared_runtime, no_shared_runtime } => {
@@ -142,7 +136,15 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     }
 }
 
+/// Prints a job as pretty JSON, its fields in name order.
+fn print_job(job: &Job) -> anyhow::Result<()> {
+    println!("{}", serde_json::to_string_pretty(&serde_json::to_value(job)?)?);
+    Ok(())
+}
+
 impl Program {
+    /// The job spec as JSON, sent as it is: the api judges it (a language
+    /// it does not know is its `invalid_field`, named on stderr).
     fn spec(&self) -> anyhow::Result<Value> {
         let code = if self.file == Path::new("-") {
             std::io::read_to_string(std::io::stdin()).context("reading the program from stdin")?
@@ -181,26 +183,21 @@ fn language_of(file: &Path) -> anyhow::Result<&'static str> {
 /// returns the finished job. Without a live stream (a server that has
 /// none, or one that broke off), whatever was not printed yet is printed
 /// from the finished job.
-async fn print_as_it_runs(client: &Client, id: &str) -> anyhow::Result<Value> {
+async fn print_as_it_runs(client: &Client, id: &str) -> anyhow::Result<Job> {
     let mut printed = [0usize, 0usize];
     if let Ok(mut events) = client.events(id).await {
-        while let Ok(Some(event)) = events.next().await {
-            match event.name.as_str() {
-                "stdout" | "stderr" => {
-                    let text = event.data["data"].as_str().unwrap_or_default();
-                    let side = usize::from(event.name == "stderr");
-                    write_stream(side, text)?;
-                    printed[side] += text.len();
-                }
-                "restart" => {
+        while let Some(Ok(event)) = events.next().await {
+            match event {
+                Event::Stdout { data, .. } => printed[0] += write_stream(0, &data)?,
+                Event::Stderr { data, .. } => printed[1] += write_stream(1, &data)?,
+                Event::Restart => {
                     printed = [0, 0];
                     eprintln!("runbox: the job is running again from the start (its worker stopped)");
                 }
-                "result" => {
-                    print_rest(&event.data, printed)?;
-                    return Ok(event.data);
+                Event::Result(job) => {
+                    print_rest(&job, printed)?;
+                    return Ok(*job);
                 }
-                _ => break,
             }
         }
     }
@@ -210,15 +207,16 @@ async fn print_as_it_runs(client: &Client, id: &str) -> anyhow::Result<Value> {
 }
 
 /// Prints what of `job`'s output is past the `printed` bytes of each stream.
-fn print_rest(job: &Value, printed: [usize; 2]) -> anyhow::Result<()> {
-    for (side, name) in ["stdout", "stderr"].into_iter().enumerate() {
-        let text = job[name].as_str().unwrap_or_default();
+fn print_rest(job: &Job, printed: [usize; 2]) -> anyhow::Result<()> {
+    for (side, text) in [&job.stdout, &job.stderr].into_iter().enumerate() {
+        let text = text.as_deref().unwrap_or_default();
         write_stream(side, text.get(printed[side]..).unwrap_or_default())?;
     }
     Ok(())
 }
 
-fn write_stream(side: usize, text: &str) -> anyhow::Result<()> {
+/// Writes `text` to stdout (side 0) or stderr (1); answers its length.
+fn write_stream(side: usize, text: &str) -> anyhow::Result<usize> {
     if side == 0 {
         let mut stdout = std::io::stdout();
         stdout.write_all(text.as_bytes())?;
@@ -226,15 +224,17 @@ fn write_stream(side: usize, text: &str) -> anyhow::Result<()> {
     } else {
         std::io::stderr().write_all(text.as_bytes())?;
     }
-    Ok(())
+    Ok(text.len())
 }
 
 /// The program's own exit code, or what says why there is none.
-fn exit_code(job: &Value) -> u8 {
-    match job["status"].as_str() {
-        Some("completed") => job["exit_code"].as_u64().map_or(EXIT_NOT_RUN, |code| (code & 0xff) as u8),
-        Some("timeout") => EXIT_TIMEOUT,
-        Some("memory_exceeded") => EXIT_MEMORY,
+fn exit_code(job: &Job) -> u8 {
+    match job.status {
+        Status::Completed => {
+            job.exit_code.and_then(|code| u64::try_from(code).ok()).map_or(EXIT_NOT_RUN, |code| (code & 0xff) as u8)
+        }
+        Status::Timeout => EXIT_TIMEOUT,
+        Status::MemoryExceeded => EXIT_MEMORY,
         _ => EXIT_NOT_RUN,
     }
 }
@@ -252,8 +252,7 @@ async fn batch(client: &Client, file: &Path, shared_runtime: Option<bool>) -> an
         }
         jobs.push(spec);
     }
-    let runtimes = client.json(Method::GET, "/v1/runtimes", None).await?;
-    let per_batch = runtimes["limits"]["max_batch"].as_u64().map_or(1000, |n| n.max(1) as usize);
+    let per_batch = client.runtimes().await?.limits.max_batch.max(1);
 
     let progress = indicatif::ProgressBar::new(jobs.len() as u64);
     progress.set_style(
@@ -264,36 +263,31 @@ async fn batch(client: &Client, file: &Path, shared_runtime: Option<bool>) -> an
     let mut verdicts: BTreeMap<String, u64> = BTreeMap::new();
     let mut stdout = std::io::stdout().lock();
     for (chunk_number, chunk) in jobs.chunks(per_batch).enumerate() {
+        // Each line is sent as it was written, for the api to judge.
         let mut body = json!({ "jobs": chunk });
         if let Some(shared) = shared_runtime {
             body["shared_runtime"] = json!(shared);
         }
-        let submitted = client.json(Method::POST, "/v1/batches", Some(&body)).await?;
-        let batch_id = submitted["id"].as_str().ok_or_else(|| anyhow!("no batch id in {submitted}"))?;
-        let index_of: BTreeMap<String, usize> = submitted["job_ids"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .enumerate()
-            .filter_map(|(i, id)| Some((id.as_str()?.to_owned(), chunk_number * per_batch + i)))
-            .collect();
-        let mut results = client.send(Method::GET, &format!("/v1/batches/{batch_id}/results"), None).await?;
-        let mut pending = Vec::new();
-        while let Some(bytes) = results.chunk().await? {
-            pending.extend_from_slice(&bytes);
-            while let Some(end) = pending.iter().position(|b| *b == b'\n') {
-                let line: Vec<u8> = pending.drain(..=end).collect();
-                let Ok(mut job) = serde_json::from_slice::<Value>(&line) else { continue };
-                if let Some(index) = job["id"].as_str().and_then(|id| index_of.get(id)) {
-                    job["index"] = (*index).into();
+        let submitted = client.submit_batch_raw(&body, None).await?;
+        let index_of: BTreeMap<&str, usize> =
+            submitted.job_ids.iter().enumerate().map(|(i, id)| (id.as_str(), chunk_number * per_batch + i)).collect();
+        let mut results = client.batch_results(&submitted.id).await?;
+        while let Some(result) = results.next().await {
+            let (mut line, status) = match result? {
+                BatchResult::Job(job) => {
+                    if let Some(verdict) = job.verdict {
+                        *verdicts.entry(verdict.as_str().to_owned()).or_default() += 1;
+                    }
+                    (serde_json::to_value(&job)?, job.status.as_str())
                 }
-                *statuses.entry(job["status"].as_str().unwrap_or("expired").to_owned()).or_default() += 1;
-                if let Some(verdict) = job["verdict"].as_str() {
-                    *verdicts.entry(verdict.to_owned()).or_default() += 1;
-                }
-                writeln!(stdout, "{job}")?;
-                progress.inc(1);
+                BatchResult::Expired { id } => (json!({ "id": id, "status": null, "expired": true }), "expired"),
+            };
+            *statuses.entry(status.to_owned()).or_default() += 1;
+            if let Some(index) = line["id"].as_str().and_then(|id| index_of.get(id)) {
+                line["index"] = (*index).into();
             }
+            writeln!(stdout, "{line}")?;
+            progress.inc(1);
         }
     }
     stdout.flush()?;
