@@ -193,6 +193,19 @@ impl Process {
         tokio::time::timeout(limit, self.child.wait()).await.expect("exited in time").expect("wait")
     }
 
+    /// The port the process bound for the listener its `message` log line
+    /// names (the line's `addr`, as `0.0.0.0:PORT`), waiting up to `limit`.
+    pub async fn bound_port(&self, message: &str, limit: Duration) -> u16 {
+        self.wait_for_log(message, limit).await;
+        let logs = self.logs();
+        let line = logs.lines().find(|line| line.contains(message)).unwrap_or_default();
+        line.split("0.0.0.0:")
+            .nth(1)
+            .map(|rest| rest.chars().take_while(char::is_ascii_digit).collect::<String>())
+            .and_then(|port| port.parse().ok())
+            .unwrap_or_else(|| panic!("no bound port in {line:?}"))
+    }
+
     /// Waits until the log contains `needle`.
     pub async fn wait_for_log(&self, needle: &str, limit: Duration) {
         let deadline = tokio::time::Instant::now() + limit;
@@ -225,35 +238,27 @@ pub struct Api {
 }
 
 impl Api {
-    /// An api on a free port, retried on another if the port was taken
-    /// before the api could bind it.
+    /// An api on a port it binds itself (PORT=0: the kernel picks a free
+    /// one, so no other process can take it between pick and bind), read
+    /// from its "api listening" line.
     pub async fn start(redis: &Redis, env: &[(&str, &str)]) -> Api {
-        let mut logs = String::new();
-        for _ in 0..5 {
-            let port = free_port();
-            let port_text = port.to_string();
-            let mut all = vec![("PORT", port_text.as_str())];
-            all.extend_from_slice(env);
-            let process = Process::spawn("runbox-api", redis, &all).await;
-            let mut api = Api { process, base: format!("http://127.0.0.1:{port}"), http: reqwest::Client::new() };
-            for _ in 0..200 {
-                if api.http.get(api.url("/healthz")).send().await.is_ok() {
-                    return api;
-                }
-                if api.process.child.try_wait().ok().flatten().is_some() {
-                    break;
-                }
-                tokio::time::sleep(Duration::from_millis(50)).await;
+        let mut all = vec![("PORT", "0")];
+        all.extend_from_slice(env);
+        let process = Process::spawn("runbox-api", redis, &all).await;
+        let port = process.bound_port("api listening", Duration::from_secs(30)).await;
+        let api = Api { process, base: format!("http://127.0.0.1:{port}"), http: reqwest::Client::new() };
+        for _ in 0..200 {
+            if api.http.get(api.url("/healthz")).send().await.is_ok() {
+                return api;
             }
-            logs = api.process.logs();
+            tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        panic!("api did not start:\n{logs}");
+        panic!("api did not answer /healthz:\n{}", api.process.logs());
     }
 
     /// Starts an api process without waiting for it to serve.
     pub async fn spawn_raw(redis: &Redis, env: &[(&str, &str)]) -> Process {
-        let port = free_port().to_string();
-        let mut all = vec![("PORT", port.as_str())];
+        let mut all = vec![("PORT", "0")];
         all.extend_from_slice(env);
         Process::spawn("runbox-api", redis, &all).await
     }

@@ -71,7 +71,7 @@ fn children_cpu_seconds(pid: nix::unistd::Pid) -> f64 {
 #[tokio::test]
 async fn forged_job_is_rejected() {
     let redis = Redis::start().await;
-    let worker = start_worker(&redis, &[("RUNBOX_METRICS_PORT", &free_port().to_string())]).await;
+    let worker = start_worker(&redis, &[("RUNBOX_METRICS_PORT", "0")]).await;
     let before = children_cpu_seconds(worker.pid());
     let id = "11111111-1111-4111-8111-111111111111";
     let payload = json!({ "language": "javascript", "code": BUSY_TWO_SECONDS }).to_string();
@@ -106,8 +106,8 @@ async fn tampered_job_is_rejected_and_counted() {
     let tampered = json!({ "language": "python", "code": "print('tampered')", "timeout_ms": 5000 }).to_string();
     append_entry(&redis, id, &tampered, &signature).await;
 
-    let metrics_port = free_port();
-    let worker = start_worker(&redis, &[("RUNBOX_METRICS_PORT", &metrics_port.to_string())]).await;
+    let worker = start_worker(&redis, &[("RUNBOX_METRICS_PORT", "0")]).await;
+    let metrics_port = worker.bound_port("metrics listening", Duration::from_secs(5)).await;
     let job = api.until_status(id, "rejected", Duration::from_secs(30)).await;
     assert_ne!(job["stdout"], "tampered\n");
     worker.wait_for_log("signature did not verify", Duration::from_secs(5)).await;

@@ -59,6 +59,10 @@ pub async fn run(config: WorkerConfig, shutdown: impl Future<Output = ()>) -> Re
     let metrics = Arc::new(Metrics::new());
     if let Some(port) = config.metrics_port {
         let listener = tokio::net::TcpListener::bind(("0.0.0.0", port)).await.map_err(WorkerError::Metrics)?;
+        // Port 0 binds any free port: the line says which (tests read it).
+        if let Ok(addr) = listener.local_addr() {
+            tracing::info!(%addr, "metrics listening");
+        }
         let metrics = metrics.clone();
         let app = axum::Router::new()
             .route("/metrics", axum::routing::get(move || async move { metrics.render() }))
