@@ -1,7 +1,8 @@
 //! The job queue on Redis: a stream per owner (api token) with one consumer
 //! group each, one hash per job, and two pub/sub channels. Every multi-step
 //! change is one Lua script, so a crash or a concurrent client never sees
-//! half of it.
+//! half of it. The scripts are files under `src/lua/`, each opening with
+//! its KEYS and ARGV; `tests/scripts/` runs each on a real `redis-server`.
 //!
 //! Life of a job:
 //!
@@ -216,281 +217,57 @@ pub struct Queue {
     pub(crate) keys: QueueKeys,
 }
 
-// How owner streams are kept: `depth` counts queued plus running jobs in
-// every one; `admit` makes sure an owner's stream has the workers' group
-// before jobs go in; `announce` puts the owner in the ready ring, if not
-// there already, and leaves a wake-up token per job (at most WAKE_TOKENS
-// are kept) for workers blocked in `Queue::claim`.
-const OWNER_STREAMS: &str = r"
-local function depth(streams)
-  local n = 0
-  for _, stream in ipairs(redis.call('SMEMBERS', streams)) do n = n + redis.call('XLEN', stream) end
-  return n
-end
-local function admit(stream, streams, group)
-  if redis.call('SADD', streams, stream) == 1 or redis.call('EXISTS', stream) == 0 then
-    redis.pcall('XGROUP', 'CREATE', stream, group, '0', 'MKSTREAM')
-  end
-end
-local function announce(ready, wake, owner, jobs, keep)
-  if not redis.call('LPOS', ready, owner) then redis.call('RPUSH', ready, owner) end
-  for _ = 1, math.min(jobs, keep) do redis.call('RPUSH', wake, '1') end
-  redis.call('LTRIM', wake, -keep, -1)
-end
-";
-
 /// Wake-up tokens kept for blocked workers: enough for every worker slot
 /// of a large pool; a worker that finds none waits out its block time.
 const WAKE_TOKENS: u64 = 256;
 
-// KEYS: owner stream, streams set, ready ring, wake list, batch, n jobs,
-// then the idempotency key when given (as in ENQUEUE).
-const ENQUEUE_BATCH: &str = r"
-local n = tonumber(ARGV[6])
-local idempotency = KEYS[6 + n]
-if idempotency then
-  local prior = redis.call('GET', idempotency)
-  if prior then return prior end
-end
-if depth(KEYS[2]) + n > tonumber(ARGV[1]) then return 0 end
-local over = over_quota(ARGV[2], ARGV[10 + 4 * n], ARGV[11 + 4 * n], n)
-if over ~= 0 then return over end
-count_submission(ARGV[2], n)
-admit(KEYS[1], KEYS[2], ARGV[12 + 4 * n])
-for i = 1, n do
-  local at = 6 + (i - 1) * 4
-  local entry = redis.call('XADD', KEYS[1], '*', 'id', ARGV[at + 1], 'payload', ARGV[at + 2], 'sig', ARGV[at + 3])
-  redis.call('HSET', KEYS[5 + i], 'status', 'queued', 'owner', ARGV[2], 'language', ARGV[at + 4],
-    'created_at', ARGV[3], 'stream', KEYS[1], 'entry', entry, 'batch', ARGV[4])
-end
-redis.call('HSET', KEYS[5], 'owner', ARGV[2], 'created_at', ARGV[3], 'size', n, 'done', 0, 'jobs', ARGV[5],
-  'stop_on_failure', ARGV[7 + 4 * n])
-if ARGV[9 + 4 * n] ~= '' then redis.call('HSET', KEYS[5], 'callback', ARGV[9 + 4 * n]) end
-if idempotency then redis.call('SET', idempotency, ARGV[4], 'EX', ARGV[8 + 4 * n]) end
-announce(KEYS[3], KEYS[4], ARGV[2], n, tonumber(ARGV[13 + 4 * n]))
-return 1
-";
-
-// The queue's key prefix (`QueueKeys::prefix`), which every script that
-// builds keys gets as its last argument.
-pub(crate) const PREFIX: &str = "local PREFIX = ARGV[#ARGV]\n";
-
-// An owner's quota: `over_quota` says whether `n` more jobs would pass it
-// (-1 queued plus running, -2 submissions this second), `count_submission`
-// counts them in, and `release_quota` counts a job out when it is final.
-const QUOTA: &str = r"
-local function over_quota(owner, max_active, per_second, n)
-  max_active = tonumber(max_active)
-  per_second = tonumber(per_second)
-  if max_active > 0 and tonumber(redis.call('GET', PREFIX .. 'active:' .. owner) or '0') + n > max_active then
-    return -1
-  end
-  if per_second > 0 then
-    local key = PREFIX .. 'submissions:' .. owner .. ':' .. redis.call('TIME')[1]
-    if tonumber(redis.call('GET', key) or '0') + 1 > per_second then return -2 end
-  end
-  return 0
-end
-local function count_submission(owner, n)
-  redis.call('INCRBY', PREFIX .. 'active:' .. owner, n)
-  local key = PREFIX .. 'submissions:' .. owner .. ':' .. redis.call('TIME')[1]
-  redis.call('INCR', key)
-  redis.call('EXPIRE', key, 2)
-end
-local function release_quota(job_key)
-  local owner = redis.call('HGET', job_key, 'owner')
-  if owner then
-    local key = PREFIX .. 'active:' .. owner
-    if redis.call('DECR', key) <= 0 then redis.call('DEL', key) end
-  end
-end
-";
-
-// Queues the callback of a job or batch (`kind`) that just finished, if
-// its owner asked for one, on the queue's callback stream.
-const QUEUE_CALLBACK: &str = r"
-local function queue_callback(key, kind, id)
-  if redis.call('HEXISTS', key, 'callback') == 1 then
-    redis.call('XADD', PREFIX .. 'callbacks', 'MAXLEN', '~', 100000, '*', 'kind', kind, 'id', id)
-  end
-end
-";
-
-// Counts a job that just reached its final status in its batch, if any.
-const BATCH_PROGRESS: &str = r"
-local function batch_progress(job_key, prefix, ttl, channel)
-  local batch = redis.call('HGET', job_key, 'batch')
-  if not batch then return nil end
-  local key = prefix .. batch
-  local done = redis.call('HINCRBY', key, 'done', 1)
-  local size = tonumber(redis.call('HGET', key, 'size') or '0')
-  if done >= size then redis.call('EXPIRE', key, ttl) end
-  if done == size then queue_callback(key, 'batch', batch) end
-  redis.call('PUBLISH', channel, batch)
-  return key
-end
-";
-
-// Ends a queued job as cancelled: it never runs. Shared by a cancel request
-// and by a batch that stops on its first failure.
-const CANCEL_QUEUED: &str = r"
-local function cancel_queued(job_key, id, group, finished_at, result, ttl, channel, batch_prefix)
-  local stream, entry = unpack(redis.call('HMGET', job_key, 'stream', 'entry'))
-  redis.call('HSET', job_key, 'status', 'cancelled', 'finished_at', finished_at, 'result', result)
-  redis.call('EXPIRE', job_key, ttl)
-  release_quota(job_key)
-  if stream and entry then
-    redis.call('XACK', stream, group, entry)
-    redis.call('XDEL', stream, entry)
-  end
-  redis.call('PUBLISH', channel, id)
-  queue_callback(job_key, 'job', id)
-  batch_progress(job_key, batch_prefix, ttl, channel)
-end
-";
-
-// After a failed job of a batch that stops on the first failure: cancels
-// every job of it still queued.
-const STOP_BATCH: &str = r"
-local function stop_batch(key, batch_prefix, job_prefix, group, finished_at, result, ttl, channel)
-  if redis.call('HGET', key, 'stop_on_failure') ~= '1' then return end
-  for _, id in ipairs(cjson.decode(redis.call('HGET', key, 'jobs'))) do
-    local job_key = job_prefix .. id
-    if redis.call('HGET', job_key, 'status') == 'queued' then
-      cancel_queued(job_key, id, group, finished_at, result, ttl, channel, batch_prefix)
-    end
-  end
-end
-";
-
-// KEYS: owner stream, streams set, ready ring, wake list, job, then the
-// idempotency key when given: a second use returns the first job's id and
-// queues nothing. ARGV[14], when not empty, is a compatible API's note,
-// kept in the job hash as `compat` so it lives and expires with the job.
-const ENQUEUE: &str = r"
-if KEYS[6] then
-  local prior = redis.call('GET', KEYS[6])
-  if prior then return prior end
-end
-if depth(KEYS[2]) >= tonumber(ARGV[1]) then return 0 end
-local over = over_quota(ARGV[5], ARGV[10], ARGV[11], 1)
-if over ~= 0 then return over end
-count_submission(ARGV[5], 1)
-admit(KEYS[1], KEYS[2], ARGV[12])
-local entry = redis.call('XADD', KEYS[1], '*', 'id', ARGV[2], 'payload', ARGV[3], 'sig', ARGV[4])
-redis.call('HSET', KEYS[5], 'status', 'queued', 'owner', ARGV[5], 'language', ARGV[6],
-  'created_at', ARGV[7], 'stream', KEYS[1], 'entry', entry)
-if ARGV[9] ~= '' then redis.call('HSET', KEYS[5], 'callback', ARGV[9]) end
-if ARGV[14] ~= '' then redis.call('HSET', KEYS[5], 'compat', ARGV[14]) end
-if KEYS[6] then redis.call('SET', KEYS[6], ARGV[2], 'EX', ARGV[8]) end
-announce(KEYS[3], KEYS[4], ARGV[5], 1, tonumber(ARGV[13]))
-return 1
-";
-
-// Claims up to ARGV[4] entries for consumer ARGV[3], taking turns between
-// the owners in the ready ring (KEYS[1]): each turn moves the owner at the
-// head to the tail and reads one new entry of its stream (prefix ARGV[1],
-// group ARGV[2]). An owner with nothing new leaves the ring until its next
-// enqueue. Replies [[stream, [entry-id, [field, value, ...]]], ...].
-const CLAIM: &str = r"
-local claimed = {}
-while #claimed < tonumber(ARGV[4]) do
-  local owner = redis.call('LMOVE', KEYS[1], KEYS[1], 'LEFT', 'RIGHT')
-  if not owner then break end
-  local stream = ARGV[1] .. owner
-  local read = function()
-    return redis.pcall('XREADGROUP', 'GROUP', ARGV[2], ARGV[3], 'COUNT', 1, 'STREAMS', stream, '>')
-  end
-  local reply = read()
-  if type(reply) == 'table' and reply.err then
-    -- Redis lost the group (a restart without persistence): make it again.
-    redis.call('XGROUP', 'CREATE', stream, ARGV[2], '0', 'MKSTREAM')
-    reply = read()
-  end
-  local entry = reply and reply[1] and reply[1][2][1]
-  if entry then
-    table.insert(claimed, {stream, entry})
-  else
-    redis.call('LREM', KEYS[1], -1, owner)
-  end
-end
-return claimed
-";
-
-const DEPTH: &str = "return depth(KEYS[1])";
-
-// Times are measured on Redis's clock: the entry id starts with the
-// enqueue time in milliseconds.
-pub(crate) const NOW_MS: &str = r"
-local function now_ms()
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
-";
-
-const START: &str = r"
-local status = redis.call('HGET', KEYS[1], 'status')
-if (status == 'queued' or status == 'running') and redis.call('HGET', KEYS[1], 'cancel') ~= '1' then
-  local queued_ms = math.max(0, now_ms() - tonumber(string.match(ARGV[3], '^(%d+)')))
-  redis.call('HSET', KEYS[1], 'status', 'running', 'worker', ARGV[1], 'started_at', ARGV[2], 'queue_ms', queued_ms)
-  return queued_ms
-end
-return -1
-";
-
-// Writes the final status only over queued/running, so a second delivery's
-// write, or a write racing a cancel, cannot change a finished job. A job
-// hash that does not exist (a forged entry) is created so the rejection is
-// visible.
-const FINISH: &str = r"
-local status = redis.call('HGET', KEYS[1], 'status')
-local write_ms = math.max(0, now_ms() - tonumber(ARGV[10]))
-if status == false or status == 'queued' or status == 'running' then
-  redis.call('HSET', KEYS[1], 'status', ARGV[1], 'result', ARGV[2], 'finished_at', ARGV[3],
-    'boot_ms', ARGV[9], 'write_ms', write_ms)
-  if ARGV[11] ~= '' then redis.call('HSET', KEYS[1], 'verdict', ARGV[11]) end
-  redis.call('HDEL', KEYS[1], 'cancel')
-  release_quota(KEYS[1])
-  queue_callback(KEYS[1], 'job', ARGV[8])
-  local batch_key = batch_progress(KEYS[1], ARGV[12], ARGV[4], ARGV[7])
-  if batch_key and ARGV[13] == '1' then
-    stop_batch(batch_key, ARGV[12], ARGV[14], ARGV[5], ARGV[3], ARGV[15], ARGV[4], ARGV[7])
-  end
-end
-redis.call('EXPIRE', KEYS[1], ARGV[4])
-redis.call('XACK', KEYS[2], ARGV[5], ARGV[6])
-redis.call('XDEL', KEYS[2], ARGV[6])
-redis.call('PUBLISH', ARGV[7], ARGV[8])
-return write_ms
-";
-
-const CANCEL: &str = r"
-local status = redis.call('HGET', KEYS[1], 'status')
-if status == false then return 'not_found' end
-if status == 'queued' then
-  cancel_queued(KEYS[1], ARGV[6], ARGV[4], ARGV[1], ARGV[2], ARGV[3], ARGV[5], ARGV[8])
-  return 'queued'
-end
-if status == 'running' then
-  redis.call('HSET', KEYS[1], 'cancel', '1')
-  redis.call('PUBLISH', ARGV[7], ARGV[6])
-  return 'running'
-end
-return 'final'
-";
-
-static ENQUEUE_SCRIPT: LazyLock<Script> =
-    LazyLock::new(|| Script::new(&format!("{PREFIX}{OWNER_STREAMS}{QUOTA}{ENQUEUE}")));
-static ENQUEUE_BATCH_SCRIPT: LazyLock<Script> =
-    LazyLock::new(|| Script::new(&format!("{PREFIX}{OWNER_STREAMS}{QUOTA}{ENQUEUE_BATCH}")));
-static CLAIM_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(CLAIM));
-static DEPTH_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(&format!("{OWNER_STREAMS}{DEPTH}")));
-static START_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(&format!("{NOW_MS}{START}")));
-static FINISH_SCRIPT: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(&format!("{PREFIX}{NOW_MS}{QUOTA}{QUEUE_CALLBACK}{BATCH_PROGRESS}{CANCEL_QUEUED}{STOP_BATCH}{FINISH}"))
+// The scripts are files under `lua/`, each opening with what it does, its
+// KEYS and its ARGV. A script that needs shared functions (a prelude) is
+// its preludes and its own file joined at compile time; `prefix.lua`, when
+// there, comes first, as it reads the last ARGV.
+static ENQUEUE_SCRIPT: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        include_str!("lua/prefix.lua"),
+        include_str!("lua/owner_streams.lua"),
+        include_str!("lua/quota.lua"),
+        include_str!("lua/enqueue.lua"),
+    ))
 });
-static CANCEL_SCRIPT: LazyLock<Script> =
-    LazyLock::new(|| Script::new(&format!("{PREFIX}{QUOTA}{QUEUE_CALLBACK}{BATCH_PROGRESS}{CANCEL_QUEUED}{CANCEL}")));
+static ENQUEUE_BATCH_SCRIPT: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        include_str!("lua/prefix.lua"),
+        include_str!("lua/owner_streams.lua"),
+        include_str!("lua/quota.lua"),
+        include_str!("lua/enqueue_batch.lua"),
+    ))
+});
+static CLAIM_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/claim.lua")));
+static DEPTH_SCRIPT: LazyLock<Script> =
+    LazyLock::new(|| Script::new(concat!(include_str!("lua/owner_streams.lua"), include_str!("lua/depth.lua"))));
+static START_SCRIPT: LazyLock<Script> =
+    LazyLock::new(|| Script::new(concat!(include_str!("lua/now_ms.lua"), include_str!("lua/start.lua"))));
+static FINISH_SCRIPT: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        include_str!("lua/prefix.lua"),
+        include_str!("lua/now_ms.lua"),
+        include_str!("lua/quota.lua"),
+        include_str!("lua/queue_callback.lua"),
+        include_str!("lua/batch_progress.lua"),
+        include_str!("lua/cancel_queued.lua"),
+        include_str!("lua/stop_batch.lua"),
+        include_str!("lua/finish.lua"),
+    ))
+});
+static CANCEL_SCRIPT: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        include_str!("lua/prefix.lua"),
+        include_str!("lua/quota.lua"),
+        include_str!("lua/queue_callback.lua"),
+        include_str!("lua/batch_progress.lua"),
+        include_str!("lua/cancel_queued.lua"),
+        include_str!("lua/cancel.lua"),
+    ))
+});
 
 /// Time for one Redis reply. A blocking claim adds its own block time.
 const RESPONSE_TIMEOUT: Duration = Duration::from_secs(5);
@@ -683,7 +460,7 @@ impl Queue {
     }
 
     /// Claims up to `count` new entries for `consumer`, one from each owner
-    /// with jobs waiting in turn (see [`CLAIM`]). With none waiting, waits up
+    /// with jobs waiting in turn (see `lua/claim.lua`). With none waiting, waits up
     /// to `block` for an enqueue's wake-up token and tries once more.
     pub async fn claim(&self, consumer: &str, count: usize, block: Duration) -> Result<Vec<Claimed>, QueueError> {
         let claimed = self.claim_now(consumer, count).await?;

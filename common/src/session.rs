@@ -21,13 +21,13 @@
 //! the next call ([`Queue::recover_session`]) and starts the session again
 //! elsewhere from its latest checkpoint, or ends it as `lost`.
 
+use std::sync::LazyLock;
 use std::time::Duration;
 
 use redis::{AsyncCommands, Script};
 use serde::{Deserialize, Serialize};
 
 use crate::config::{ConfigError, env_or, millis};
-use crate::queue::{NOW_MS, PREFIX};
 use crate::{Claimed, Language, Queue, QueueError};
 
 /// What a session job asks of the session's worker; carried in
@@ -229,134 +229,27 @@ pub enum Recovery {
     Changed,
 }
 
-// Drops from an owner's set the sessions that have ended or whose hash has
-// expired, and ends as expired those idle past their timeout or lifetime
-// whose worker is no longer there to notice (a worker ends its own).
-const PRUNE: &str = r"
-local function prune(owner_set, now, ttl)
-  for _, id in ipairs(redis.call('SMEMBERS', owner_set)) do
-    local key = PREFIX .. 'session:' .. id
-    local status, last, idle, expires = unpack(redis.call('HMGET', key, 'status', 'last_used_ms', 'idle_timeout_ms', 'expires_at_ms'))
-    if not status or status == 'closed' or status == 'expired' or status == 'lost' then
-      redis.call('SREM', owner_set, id)
-    elseif now > tonumber(last) + tonumber(idle) or now > tonumber(expires) then
-      local reason = now > tonumber(expires) and 'lifetime' or 'idle'
-      redis.call('HSET', key, 'status', 'expired', 'ended_reason', reason)
-      redis.call('EXPIRE', key, ttl)
-      redis.call('SREM', owner_set, id)
-    end
-  end
-end
-";
-
-// KEYS: session, owner set. ARGV: owner, language, idle ms, expires ms,
-// created_at, per-token cap, result ttl, prefix.
-const CREATE: &str = r"
-local now = now_ms()
-prune(KEYS[2], now, ARGV[7])
-if tonumber(ARGV[6]) > 0 and redis.call('SCARD', KEYS[2]) >= tonumber(ARGV[6]) then return 0 end
-redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'language', ARGV[2], 'status', 'starting', 'worker', '',
-  'created_at', ARGV[5], 'last_used_ms', now, 'idle_timeout_ms', ARGV[3], 'expires_at_ms', ARGV[4],
-  'execs', 0, 'checkpoints', '[]')
--- Gone by itself at the latest a result TTL after its lifetime ends, even
--- if no worker or caller is left to end it.
-redis.call('EXPIRE', KEYS[1], math.ceil((tonumber(ARGV[4]) - now) / 1000) + tonumber(ARGV[7]))
-redis.call('SADD', KEYS[2], string.match(KEYS[1], '[^:]+$'))
-return 1
-";
-
-// KEYS: session. ARGV: worker, restored-from checkpoint or ''.
-const READY: &str = r"
-local status = redis.call('HGET', KEYS[1], 'status')
-if status ~= 'starting' and status ~= 'restoring' then return 0 end
-redis.call('HSET', KEYS[1], 'status', 'idle', 'worker', ARGV[1], 'last_used_ms', now_ms())
-if ARGV[2] ~= '' then redis.call('HSET', KEYS[1], 'restored_from', ARGV[2]) end
-return 1
-";
-
-// KEYS: session, job, the worker's inbox. ARGV: expected worker, job id,
-// owner, language, payload, signature, created_at, whether the task needs
-// the session idle ('1'; a destroy does not).
-const SEND: &str = r"
-local status, worker = unpack(redis.call('HMGET', KEYS[1], 'status', 'worker'))
-if not status or status == 'closed' or status == 'expired' or status == 'lost' then return 'gone' end
-if worker ~= ARGV[1] then return 'moved' end
-if ARGV[8] == '1' then
-  if status ~= 'idle' then return 'busy' end
-  redis.call('HSET', KEYS[1], 'status', 'busy', 'last_used_ms', now_ms())
-end
-redis.call('HSET', KEYS[2], 'status', 'queued', 'owner', ARGV[3], 'language', ARGV[4], 'created_at', ARGV[7],
-  'payload', ARGV[5], 'sig', ARGV[6], 'session', string.match(KEYS[1], '[^:]+$'))
-redis.call('LPUSH', KEYS[3], ARGV[2])
-return 'sent'
-";
-
-// KEYS: session. ARGV: worker, execs run, the checkpoint it was restored
-// from meanwhile or ''. Busy → idle after an exec or checkpoint.
-const IDLE: &str = r"
-local status, worker = unpack(redis.call('HMGET', KEYS[1], 'status', 'worker'))
-if status ~= 'busy' or worker ~= ARGV[1] then return 0 end
-redis.call('HSET', KEYS[1], 'status', 'idle', 'last_used_ms', now_ms())
-redis.call('HINCRBY', KEYS[1], 'execs', tonumber(ARGV[2]))
-if ARGV[3] ~= '' then redis.call('HSET', KEYS[1], 'restored_from', ARGV[3]) end
-return 1
-";
-
-// KEYS: session, owner set. ARGV: final status, reason, ttl, worker or ''
-// (a worker ends only a session it holds).
-const END: &str = r"
-local status, worker = unpack(redis.call('HMGET', KEYS[1], 'status', 'worker'))
-if not status or status == 'closed' or status == 'expired' or status == 'lost' then return 0 end
-if ARGV[4] ~= '' and worker ~= ARGV[4] then return 0 end
-redis.call('HSET', KEYS[1], 'status', ARGV[1], 'ended_reason', ARGV[2])
-redis.call('EXPIRE', KEYS[1], ARGV[3])
-redis.call('SREM', KEYS[2], string.match(KEYS[1], '[^:]+$'))
-return 1
-";
-
-// KEYS: session, owner set. ARGV: the dead worker, ttl.
-const RECOVER: &str = r"
-local status, worker, checkpoints = unpack(redis.call('HMGET', KEYS[1], 'status', 'worker', 'checkpoints'))
-if not status or worker ~= ARGV[1] or status == 'closed' or status == 'expired' or status == 'lost' then
-  return 'changed'
-end
-local list = cjson.decode(checkpoints or '[]')
-local now = redis.call('TIME')[1]
-for i = #list, 1, -1 do
-  if redis.call('EXISTS', PREFIX .. 'checkpoint:' .. list[i].id) == 1 then
-    redis.call('HSET', KEYS[1], 'status', 'restoring', 'worker', '')
-    return 'restore:' .. list[i].id
-  end
-end
-redis.call('HSET', KEYS[1], 'status', 'lost', 'ended_reason', 'its worker stopped and it had no checkpoint')
-redis.call('EXPIRE', KEYS[1], ARGV[2])
-redis.call('SREM', KEYS[2], string.match(KEYS[1], '[^:]+$'))
-return 'lost'
-";
-
-// KEYS: session, checkpoint. ARGV: checkpoint info (JSON), data, ttl.
-const STORE_CHECKPOINT: &str = r"
-if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
-redis.call('HSET', KEYS[2], 'data', ARGV[2], 'owner', redis.call('HGET', KEYS[1], 'owner'),
-  'language', redis.call('HGET', KEYS[1], 'language'), 'session', string.match(KEYS[1], '[^:]+$'))
-redis.call('EXPIRE', KEYS[2], ARGV[3])
-local list = cjson.decode(redis.call('HGET', KEYS[1], 'checkpoints') or '[]')
-table.insert(list, cjson.decode(ARGV[1]))
-redis.call('HSET', KEYS[1], 'checkpoints', cjson.encode(list))
-return 1
-";
-
-static CREATE_SCRIPT: std::sync::LazyLock<Script> =
-    std::sync::LazyLock::new(|| Script::new(&format!("{PREFIX}{NOW_MS}{PRUNE}{CREATE}")));
-static READY_SCRIPT: std::sync::LazyLock<Script> =
-    std::sync::LazyLock::new(|| Script::new(&format!("{NOW_MS}{READY}")));
-static SEND_SCRIPT: std::sync::LazyLock<Script> = std::sync::LazyLock::new(|| Script::new(&format!("{NOW_MS}{SEND}")));
-static IDLE_SCRIPT: std::sync::LazyLock<Script> = std::sync::LazyLock::new(|| Script::new(&format!("{NOW_MS}{IDLE}")));
-static END_SCRIPT: std::sync::LazyLock<Script> = std::sync::LazyLock::new(|| Script::new(END));
-static RECOVER_SCRIPT: std::sync::LazyLock<Script> =
-    std::sync::LazyLock::new(|| Script::new(&format!("{PREFIX}{RECOVER}")));
-static STORE_CHECKPOINT_SCRIPT: std::sync::LazyLock<Script> =
-    std::sync::LazyLock::new(|| Script::new(STORE_CHECKPOINT));
+// The scripts are files under `lua/` (see `queue.rs`), joined with their
+// preludes at compile time.
+static CREATE_SCRIPT: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        include_str!("lua/prefix.lua"),
+        include_str!("lua/now_ms.lua"),
+        include_str!("lua/session_prune.lua"),
+        include_str!("lua/session_create.lua"),
+    ))
+});
+static READY_SCRIPT: LazyLock<Script> =
+    LazyLock::new(|| Script::new(concat!(include_str!("lua/now_ms.lua"), include_str!("lua/session_ready.lua"))));
+static SEND_SCRIPT: LazyLock<Script> =
+    LazyLock::new(|| Script::new(concat!(include_str!("lua/now_ms.lua"), include_str!("lua/session_send.lua"))));
+static IDLE_SCRIPT: LazyLock<Script> =
+    LazyLock::new(|| Script::new(concat!(include_str!("lua/now_ms.lua"), include_str!("lua/session_idle.lua"))));
+static END_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/session_end.lua")));
+static RECOVER_SCRIPT: LazyLock<Script> =
+    LazyLock::new(|| Script::new(concat!(include_str!("lua/prefix.lua"), include_str!("lua/session_recover.lua"))));
+static STORE_CHECKPOINT_SCRIPT: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("lua/store_checkpoint.lua")));
 
 /// A stored checkpoint.
 #[derive(Debug, Clone)]
