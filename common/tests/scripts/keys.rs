@@ -1,0 +1,112 @@
+//! The key names the Lua scripts spell themselves (`PREFIX .. 'name'`)
+//! against the ones `common/src/keys.rs` defines, so that renaming a key
+//! on one side only fails here.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+fn src() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("src")
+}
+
+/// Every `.lua` file under `src/lua/`, with its text.
+pub fn lua_files() -> Vec<(String, String)> {
+    let mut files: Vec<(String, String)> = std::fs::read_dir(src().join("lua"))
+        .expect("src/lua")
+        .map(|entry| entry.expect("a directory entry").path())
+        .filter(|path| path.extension().is_some_and(|e| e == "lua"))
+        .map(|path| {
+            let name = path.file_name().expect("a name").to_string_lossy().into_owned();
+            (name, std::fs::read_to_string(&path).expect("readable"))
+        })
+        .collect();
+    files.sort();
+    files
+}
+
+/// The part of a key name before its first `{placeholder}`.
+fn stem(name: &str) -> &str {
+    name.split('{').next().unwrap_or(name)
+}
+
+/// What follows the queue prefix in each key keys.rs builds from it:
+/// `format!("{}name...", self.prefix)`.
+fn keys_rs_names(keys_rs: &str) -> BTreeSet<String> {
+    let mut names = BTreeSet::new();
+    for part in keys_rs.split("format!(\"{}").skip(1) {
+        let Some((literal, rest)) = part.split_once('"') else { continue };
+        if rest.trim_start().starts_with(", self.prefix)") && !stem(literal).is_empty() {
+            names.insert(stem(literal).to_owned());
+        }
+    }
+    names
+}
+
+/// The names keys.rs says only Lua scripts spell, in backticks in its
+/// `// Spelled by Lua scripts` comment.
+fn keys_rs_lua_only(keys_rs: &str) -> BTreeSet<String> {
+    let start = keys_rs.find("// Spelled by Lua scripts").expect("keys.rs's comment on the keys only Lua spells");
+    let comment: Vec<&str> = keys_rs[start..].lines().take_while(|l| l.starts_with("//")).collect();
+    let comment = comment.join(" ");
+    comment
+        .split('`')
+        .skip(1)
+        .step_by(2)
+        .filter(|span| span.contains(':') && !span.contains(' '))
+        .map(|span| stem(span).to_owned())
+        .collect()
+}
+
+/// Every `PREFIX .. 'name'` literal in the Lua files, with its file.
+fn lua_names() -> Vec<(String, String)> {
+    let mut names = Vec::new();
+    for (file, text) in lua_files() {
+        for part in text.split("PREFIX .. '").skip(1) {
+            let literal = part.split('\'').next().unwrap_or("");
+            names.push((file.clone(), literal.to_owned()));
+        }
+    }
+    names
+}
+
+#[test]
+fn every_key_a_script_spells_is_one_keys_rs_defines() {
+    let keys_rs = std::fs::read_to_string(src().join("keys.rs")).expect("src/keys.rs");
+    let defined: BTreeSet<String> = keys_rs_names(&keys_rs).into_iter().chain(keys_rs_lua_only(&keys_rs)).collect();
+    // The parse itself must find what it looks for, or this test checks nothing.
+    for known in ["jobs:", "job:", "batch:", "callbacks", "session:", "checkpoint:", "active:", "submissions:"] {
+        assert!(defined.contains(known), "keys.rs parse lost {known:?}: {defined:?}");
+    }
+    let spelled = lua_names();
+    assert!(spelled.len() >= 5, "no PREFIX .. 'name' found in the Lua files: {spelled:?}");
+    for (file, name) in &spelled {
+        assert!(defined.contains(name), "{file} spells key {name:?}, which keys.rs does not define ({defined:?})");
+    }
+}
+
+#[test]
+fn every_key_keys_rs_leaves_to_the_scripts_is_spelled_by_one() {
+    let keys_rs = std::fs::read_to_string(src().join("keys.rs")).expect("src/keys.rs");
+    let spelled: BTreeSet<String> = lua_names().into_iter().map(|(_, name)| name).collect();
+    let lua_only = keys_rs_lua_only(&keys_rs);
+    assert!(!lua_only.is_empty());
+    for name in lua_only {
+        assert!(spelled.contains(&name), "keys.rs says a script spells {name:?}, but none does");
+    }
+}
+
+#[test]
+fn every_lua_file_opens_with_what_it_does_its_keys_and_its_argv_and_is_used() {
+    let rust = ["queue.rs", "session.rs"].map(|f| std::fs::read_to_string(src().join(f)).expect("readable")).join("\n");
+    let files = lua_files();
+    assert!(files.len() >= 20, "{} Lua files", files.len());
+    for (file, text) in files {
+        let mut lines = text.lines();
+        let stem = file.trim_end_matches(".lua");
+        assert!(lines.next().is_some_and(|l| l.starts_with(&format!("-- {stem}: "))), "{file}: first line");
+        assert!(lines.next().is_some_and(|l| l.starts_with("-- KEYS: ")), "{file}: second line");
+        assert!(lines.next().is_some_and(|l| l.starts_with("-- ARGV: ")), "{file}: third line");
+        assert!(text.ends_with('\n'), "{file} must end in a newline: scripts are joined at compile time");
+        assert!(rust.contains(&format!("include_str!(\"lua/{file}\")")), "{file} is included by no script");
+    }
+}

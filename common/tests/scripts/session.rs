@@ -1,0 +1,150 @@
+//! The session scripts (create with prune, ready, send, idle, end, recover,
+//! store_checkpoint), through the public `Queue` API.
+
+use std::time::Duration;
+
+use runbox_common::{CheckpointInfo, Language, Queue, Recovery, Sent, SessionStatus};
+
+use crate::util::{Redis, TTL, keys};
+
+const OWNER: &str = "alice";
+
+async fn create(queue: &Queue, id: &str, idle: Duration, per_token: u64) -> bool {
+    let expires_at_ms = runbox_common::now_unix_ms() + 3_600_000;
+    queue
+        .create_session(id, OWNER, Language::Python, idle, expires_at_ms, "2026-01-01T00:00:00Z", per_token, TTL)
+        .await
+        .expect("redis")
+}
+
+async fn send(queue: &Queue, id: &str, worker: &str, job_id: &str, needs_idle: bool) -> Sent {
+    queue
+        .send_to_session(id, worker, job_id, OWNER, Language::Python, "{}", "sig", "2026-01-01T00:00:00Z", needs_idle)
+        .await
+        .expect("redis")
+}
+
+async fn status(queue: &Queue, id: &str) -> SessionStatus {
+    queue.get_session(id).await.expect("redis").expect("the session").status
+}
+
+fn checkpoint(id: &str) -> CheckpointInfo {
+    CheckpointInfo {
+        id: id.into(),
+        created_at: "2026-01-01T00:00:00Z".into(),
+        size_bytes: 4,
+        took_ms: 1,
+        expires_at: "2026-01-02T00:00:00Z".into(),
+    }
+}
+
+#[tokio::test]
+async fn a_session_goes_from_starting_to_idle_busy_idle_and_closed() {
+    let redis = Redis::start().await;
+    let queue = redis.queue();
+    assert!(create(&queue, "s1", Duration::from_secs(600), 4).await);
+    assert_eq!(status(&queue, "s1").await, SessionStatus::Starting);
+    assert_eq!(send(&queue, "s1", "", "x0", true).await, Sent::Busy, "nothing runs before it is up");
+
+    assert!(queue.session_ready("s1", "w1", None).await.expect("redis"));
+    assert!(!queue.session_ready("s1", "w2", None).await.expect("redis"), "a second worker does not take it");
+    let record = queue.get_session("s1").await.expect("redis").expect("it exists");
+    assert_eq!((record.status, record.worker.as_deref()), (SessionStatus::Idle, Some("w1")));
+
+    assert_eq!(send(&queue, "s1", "w2", "x1", true).await, Sent::Moved);
+    assert_eq!(send(&queue, "s1", "w1", "x1", true).await, Sent::Sent);
+    assert_eq!(status(&queue, "s1").await, SessionStatus::Busy);
+    assert_eq!(queue.next_session_task("w1", Duration::from_millis(10)).await.expect("redis").as_deref(), Some("x1"));
+    let task = queue.claim_session_task("x1").await.expect("redis").expect("the task's job hash");
+    assert_eq!((task.payload.as_str(), task.signature.as_str()), ("{}", "sig"));
+    assert_eq!(send(&queue, "s1", "w1", "x2", true).await, Sent::Busy);
+    assert_eq!(send(&queue, "s1", "w1", "d1", false).await, Sent::Sent, "a destroy goes in while busy");
+
+    queue.session_idle("s1", "w2", 1, None).await.expect("redis");
+    assert_eq!(status(&queue, "s1").await, SessionStatus::Busy, "only its worker marks it idle");
+    queue.session_idle("s1", "w1", 1, None).await.expect("redis");
+    let record = queue.get_session("s1").await.expect("redis").expect("it exists");
+    assert_eq!((record.status, record.execs), (SessionStatus::Idle, 1));
+
+    assert!(!queue.end_session("s1", OWNER, SessionStatus::Closed, "x", TTL, Some("w2")).await.expect("redis"));
+    assert!(queue.end_session("s1", OWNER, SessionStatus::Closed, "destroyed", TTL, Some("w1")).await.expect("redis"));
+    assert!(!queue.end_session("s1", OWNER, SessionStatus::Expired, "idle", TTL, None).await.expect("redis"));
+    let record = queue.get_session("s1").await.expect("redis").expect("it exists");
+    assert_eq!((record.status, record.ended_reason.as_deref()), (SessionStatus::Closed, Some("destroyed")));
+    assert_eq!(send(&queue, "s1", "w1", "x3", true).await, Sent::Gone);
+    assert!(queue.owner_sessions(OWNER).await.expect("redis").is_empty());
+}
+
+#[tokio::test]
+async fn two_execs_at_once_get_one_sent_and_one_busy() {
+    let redis = Redis::start().await;
+    let queue = redis.queue();
+    assert!(create(&queue, "s1", Duration::from_secs(600), 4).await);
+    assert!(queue.session_ready("s1", "w1", None).await.expect("redis"));
+    let (a, b) = tokio::join!(send(&queue, "s1", "w1", "x1", true), send(&queue, "s1", "w1", "x2", true));
+    let mut replies = [a, b];
+    replies.sort_by_key(|s| format!("{s:?}"));
+    assert_eq!(replies, [Sent::Busy, Sent::Sent]);
+    let inbox: Vec<String> = redis.cmd(redis::cmd("LRANGE").arg(keys().inbox("w1")).arg(0).arg(-1)).await;
+    assert_eq!(inbox.len(), 1, "only the sent exec is in the inbox: {inbox:?}");
+}
+
+#[tokio::test]
+async fn the_per_token_cap_counts_live_sessions_and_prune_ends_idle_ones() {
+    let redis = Redis::start().await;
+    let queue = redis.queue();
+    assert!(create(&queue, "s1", Duration::from_secs(600), 1).await);
+    assert!(!create(&queue, "s2", Duration::from_secs(600), 1).await, "over the cap");
+    assert!(queue.end_session("s1", OWNER, SessionStatus::Closed, "destroyed", TTL, None).await.expect("redis"));
+    assert!(create(&queue, "s2", Duration::from_millis(1), 1).await, "an ended session is not counted");
+
+    // s2 is idle past its timeout and no worker ends it: the next create does.
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    assert!(create(&queue, "s3", Duration::from_secs(600), 1).await);
+    let record = queue.get_session("s2").await.expect("redis").expect("it exists");
+    assert_eq!((record.status, record.ended_reason.as_deref()), (SessionStatus::Expired, Some("idle")));
+}
+
+#[tokio::test]
+async fn a_session_whose_worker_died_restores_from_its_latest_checkpoint_or_is_lost() {
+    let redis = Redis::start().await;
+    let queue = redis.queue();
+    assert!(create(&queue, "s1", Duration::from_secs(600), 4).await);
+    assert!(queue.session_ready("s1", "w1", None).await.expect("redis"));
+    assert!(queue.store_checkpoint("s1", &checkpoint("c1"), b"one", TTL).await.expect("redis"));
+    assert!(queue.store_checkpoint("s1", &checkpoint("c2"), b"two", TTL).await.expect("redis"));
+    assert!(!queue.store_checkpoint("gone", &checkpoint("c3"), b"three", TTL).await.expect("redis"));
+    let stored = queue.load_checkpoint("c2").await.expect("redis").expect("it exists");
+    assert_eq!((stored.data.as_slice(), stored.session.as_str(), stored.owner.as_str()), (&b"two"[..], "s1", OWNER));
+    let listed: Vec<String> = queue
+        .get_session("s1")
+        .await
+        .expect("redis")
+        .expect("it exists")
+        .checkpoints
+        .into_iter()
+        .map(|c| c.id)
+        .collect();
+    assert_eq!(listed, ["c1", "c2"]);
+
+    // The latest checkpoint expired: the one before it is used.
+    let _: i64 = redis.cmd(redis::cmd("DEL").arg(keys().checkpoint("c2"))).await;
+    assert_eq!(
+        queue.recover_session("s1", OWNER, "w2", TTL).await.expect("redis"),
+        Recovery::Changed,
+        "not its worker"
+    );
+    assert_eq!(queue.recover_session("s1", OWNER, "w1", TTL).await.expect("redis"), Recovery::Restore("c1".into()));
+    let record = queue.get_session("s1").await.expect("redis").expect("it exists");
+    assert_eq!((record.status, record.worker), (SessionStatus::Restoring, None));
+    // Two api processes notice at once: the second finds it changed.
+    assert_eq!(queue.recover_session("s1", OWNER, "w1", TTL).await.expect("redis"), Recovery::Changed);
+    assert!(queue.session_ready("s1", "w3", Some("c1")).await.expect("redis"));
+    let record = queue.get_session("s1").await.expect("redis").expect("it exists");
+    assert_eq!((record.status, record.restored_from.as_deref()), (SessionStatus::Idle, Some("c1")));
+
+    let _: i64 = redis.cmd(redis::cmd("DEL").arg(keys().checkpoint("c1"))).await;
+    assert_eq!(queue.recover_session("s1", OWNER, "w3", TTL).await.expect("redis"), Recovery::Lost);
+    assert_eq!(status(&queue, "s1").await, SessionStatus::Lost);
+    assert!(queue.owner_sessions(OWNER).await.expect("redis").is_empty());
+}
