@@ -140,7 +140,7 @@ impl QueueKeys {
 }
 
 // Spelled by Lua scripts from the prefix, owner and second (see the
-// `QUOTA` script prelude in `queue.rs`): `active:{owner}`, each owner's
+// `lua/quota.lua` script prelude): `active:{owner}`, each owner's
 // count of queued plus running jobs, and `submissions:{owner}:{second}`,
 // its per-second submission counters.
 

@@ -10,7 +10,9 @@
 //! - `sign`: HMAC signatures that let a worker trust a job ([`SigningKey`]).
 //! - [`keys`]: every Redis key and channel name.
 //! - `queue`: the queue operations on Redis ([`Queue`]), over `connection`:
-//!   one server or a cluster ([`RedisTarget`]).
+//!   one server or a cluster ([`RedisTarget`]); the Lua scripts they run
+//!   are files in `lua/`, one per script and per shared prelude, each
+//!   opening with its KEYS and ARGV.
 //! - `live`: a running job's output as it is written, through Redis
 //!   ([`OutputChunk`]).
 //! - `config`: reading typed configuration from the environment, and the
