@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use runbox_common::{BatchJob, CallbackDue, Cancelled, Enqueued, Idempotency, OverQuota, Quota, Status};
 
-use crate::util::{CAP, NO_QUOTA, Redis, TTL, claim, finish, job, keys, outcome};
+use crate::util::{CAP, NO_QUOTA, Redis, ScriptRedis, TTL, claim, finish, job, keys, outcome};
 
 #[tokio::test]
 async fn a_job_goes_from_enqueue_to_claim_start_and_finish() {

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use runbox_common::{CheckpointInfo, Language, Queue, Recovery, Sent, SessionStatus};
 
-use crate::util::{Redis, TTL, keys};
+use crate::util::{Redis, ScriptRedis, TTL, keys};
 
 const OWNER: &str = "alice";
 

@@ -1,62 +1,21 @@
-//! A private `redis-server` per test. `runbox-tests` has the same helper,
-//! but it depends on this crate, so common's tests cannot use it.
+//! A private `redis-server` per test (runbox-tests' one, which the
+//! end-to-end tests use), and what these tests ask of it.
 
-use std::net::TcpListener;
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use runbox_common::{Claimed, Language, NewJob, Outcome, Queue, Quota, RedisTarget, Status};
+pub use runbox_tests::Redis;
 
-/// A redis-server on a free port, killed on drop.
-pub struct Redis {
-    child: Child,
-    port: u16,
+/// What the script tests need of a server beyond what runbox-tests gives.
+pub trait ScriptRedis {
+    /// A blocking subscription to `channel`, made before this returns.
+    fn subscribe(&self, channel: &str) -> Subscription;
+    /// A queue named `test` on this server.
+    fn queue(&self) -> Queue;
 }
 
-impl Redis {
-    pub async fn start() -> Redis {
-        for _ in 0..5 {
-            let port = TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("a free port").port();
-            let child = Command::new("redis-server")
-                .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .expect("redis-server on PATH (scripts/setup installs it)");
-            let mut redis = Redis { child, port };
-            for _ in 0..100 {
-                if redis.conn().await.is_some() {
-                    return redis;
-                }
-                // Lost the port to someone else: try another.
-                if redis.child.try_wait().ok().flatten().is_some() {
-                    break;
-                }
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-        }
-        panic!("redis-server did not start on any of 5 free ports");
-    }
-
-    pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
-    }
-
-    async fn conn(&self) -> Option<redis::aio::MultiplexedConnection> {
-        let client = redis::Client::open(self.url()).ok()?;
-        let mut conn = client.get_multiplexed_async_connection().await.ok()?;
-        let _: String = redis::cmd("PING").query_async(&mut conn).await.ok()?;
-        Some(conn)
-    }
-
-    /// Runs one raw command, for what the public API does not show.
-    pub async fn cmd<T: redis::FromRedisValue>(&self, cmd: &mut redis::Cmd) -> T {
-        let mut conn = self.conn().await.expect("redis reachable");
-        cmd.query_async(&mut conn).await.expect("redis command")
-    }
-
-    /// A blocking subscription to `channel`, made before this returns.
-    pub fn subscribe(&self, channel: &str) -> Subscription {
+impl ScriptRedis for Redis {
+    fn subscribe(&self, channel: &str) -> Subscription {
         let client = redis::Client::open(self.url()).expect("url");
         let mut conn = client.get_connection().expect("redis reachable");
         conn.set_read_timeout(Some(Duration::from_secs(5))).expect("read timeout");
@@ -64,16 +23,8 @@ impl Redis {
         Subscription { conn }
     }
 
-    /// A queue named `test` on this server.
-    pub fn queue(&self) -> Queue {
+    fn queue(&self) -> Queue {
         Queue::connect(&RedisTarget { urls: vec![self.url()], cluster: false }, QUEUE).expect("queue")
-    }
-}
-
-impl Drop for Redis {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 
