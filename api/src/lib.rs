@@ -215,17 +215,17 @@ async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
     path = "/v1/runtimes",
     tag = "service",
     responses(
-        (status = 200, description = "What can run, within which limits.", body = openapi::Runtimes),
+        (status = 200, description = "What can run, within which limits.", body = runbox_common::Runtimes),
         (status = 401, description = "`unauthorized`.", body = openapi::ErrorBody),
         (status = 503, description = "`unavailable`.", body = openapi::ErrorBody),
     ),
 )]
-async fn runtimes(State(state): State<AppState>) -> Result<Json<openapi::Runtimes>, ApiError> {
+async fn runtimes(State(state): State<AppState>) -> Result<Json<runbox_common::Runtimes>, ApiError> {
     let workers = live_workers(&state).await?;
     let limits = &state.config.limits;
-    Ok(Json(openapi::Runtimes {
+    Ok(Json(runbox_common::Runtimes {
         languages: Language::ALL.to_vec(),
-        limits: openapi::RuntimeLimits {
+        limits: runbox_common::RuntimeLimits {
             default_timeout_ms: limits.timeouts.default_ms(),
             max_timeout_ms: limits.timeouts.max_ms(),
             max_code_bytes: limits.max_code_bytes,

@@ -15,7 +15,8 @@
 use axum::Json;
 use axum::extract::State;
 use runbox_common::{
-    CheckpointInfo, Compare, FileEncoding, Language, OutputFile, SessionStatus, Status, Timings, Verdict, WorkerInfo,
+    CheckpointInfo, Compare, FileEncoding, Language, OutputFile, RuntimeLimits, Runtimes, SessionStatus, Status,
+    Timings, Verdict, WorkerInfo,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -426,29 +427,6 @@ pub struct BatchAccepted {
 #[derive(Serialize, ToSchema)]
 pub struct SessionList {
     pub sessions: Vec<SessionView>,
-}
-
-/// `GET /v1/runtimes`: what can run, within which limits, and on which workers.
-#[derive(Serialize, ToSchema)]
-pub struct Runtimes {
-    pub languages: Vec<Language>,
-    pub limits: RuntimeLimits,
-    /// Workers with a recent heartbeat.
-    pub workers: Vec<WorkerInfo>,
-}
-
-/// The limits this api enforces.
-#[derive(Serialize, ToSchema)]
-pub struct RuntimeLimits {
-    pub default_timeout_ms: u64,
-    pub max_timeout_ms: u64,
-    pub max_code_bytes: usize,
-    pub max_stdin_bytes: usize,
-    pub max_files_bytes: usize,
-    pub max_queue: u64,
-    pub max_batch: usize,
-    pub max_batch_bytes: usize,
-    pub max_wait_s: u64,
 }
 
 /// `/healthz` and `/readyz`.

@@ -23,7 +23,8 @@
 //!   ([`SessionRecord`], [`SessionTask`], [`SessionLimits`]).
 //! - `verdict`: judging all of a program's stdout, past the output cap, in
 //!   constant memory ([`OutputDigest`]).
-//! - `workers`: what each worker reports of itself ([`WorkerInfo`]).
+//! - `workers`: what each worker reports of itself ([`WorkerInfo`]), and
+//!   `/v1/runtimes`' answer built from it ([`Runtimes`]).
 
 mod config;
 mod connection;
@@ -57,4 +58,4 @@ pub use session::{
 pub use sign::{MIN_SIGNING_KEY_BYTES, SigningKey};
 pub use time::{now_rfc3339, now_unix_ms, rfc3339_at_unix_ms};
 pub use verdict::OutputDigest;
-pub use workers::{HEARTBEAT_EVERY, WORKER_SILENT_AFTER, WorkerInfo};
+pub use workers::{HEARTBEAT_EVERY, RuntimeLimits, Runtimes, WORKER_SILENT_AFTER, WorkerInfo};

@@ -6,6 +6,8 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::Language;
+
 /// How often each worker writes its heartbeat.
 pub const HEARTBEAT_EVERY: Duration = Duration::from_secs(2);
 
@@ -13,6 +15,29 @@ pub const HEARTBEAT_EVERY: Duration = Duration::from_secs(2);
 /// for gone: four missed beats. The api stops listing it and brings its
 /// sessions back elsewhere; workers forget it once it holds no entry.
 pub const WORKER_SILENT_AFTER: Duration = Duration::from_secs(4 * HEARTBEAT_EVERY.as_secs());
+
+/// `GET /v1/runtimes`: what can run, within which limits, and on which workers.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct Runtimes {
+    pub languages: Vec<Language>,
+    pub limits: RuntimeLimits,
+    /// Workers with a recent heartbeat.
+    pub workers: Vec<WorkerInfo>,
+}
+
+/// The limits this api enforces.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct RuntimeLimits {
+    pub default_timeout_ms: u64,
+    pub max_timeout_ms: u64,
+    pub max_code_bytes: usize,
+    pub max_stdin_bytes: usize,
+    pub max_files_bytes: usize,
+    pub max_queue: u64,
+    pub max_batch: usize,
+    pub max_batch_bytes: usize,
+    pub max_wait_s: u64,
+}
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct WorkerInfo {

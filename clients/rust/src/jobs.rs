@@ -8,8 +8,9 @@ use serde::Serialize;
 use crate::client::{Call, Client, MAX_WAIT_S};
 use crate::error::Error;
 use crate::request::{NewJob, SubmitOptions};
-use crate::response::{Accepted, Job, Runtimes, Submitted};
+use crate::response::{Accepted, Job, Submitted};
 use crate::stream::Events;
+use runbox_common::Runtimes;
 
 /// How long `DELETE /v1/jobs/{id}` (and a batch's) waits for the kill to
 /// be confirmed.

@@ -42,13 +42,14 @@
 //!
 //! Answers use common's types where it has them: [`Status`],
 //! [`Language`], [`Verdict`], [`OutputFile`], [`SessionStatus`],
-//! [`CheckpointInfo`] (a checkpoint) and [`WorkerInfo`]. The objects
+//! [`CheckpointInfo`] (a checkpoint), [`WorkerInfo`], and `/v1/runtimes`'
+//! [`Runtimes`] and [`RuntimeLimits`]. The objects
 //! around them are rendered by the api from view types of its own that
 //! common does not hold, so this crate declares them, field for field:
 //! [`Job`] (and its [`Timings`], which common's does not deserialize),
 //! [`Submitted`], [`Batch`], [`BatchStatus`], [`BatchSubmitted`],
-//! [`BatchResult`], [`Session`], [`ExecResult`], [`ExecSession`],
-//! [`Runtimes`], [`RuntimeLimits`], and the stream's [`Event`].
+//! [`BatchResult`], [`Session`], [`ExecResult`], [`ExecSession`], and the
+//! stream's [`Event`].
 //!
 //! # Layout
 //!
@@ -73,11 +74,10 @@ pub use client::{Client, ClientBuilder, MAX_WAIT_S, Retry};
 pub use error::{Error, InvalidJob};
 pub use request::{BatchQuery, Case, Exec, NewBatch, NewJob, NewSession, SubmitOptions};
 pub use response::{
-    Batch, BatchResult, BatchStatus, BatchSubmitted, ExecResult, ExecSession, Job, RuntimeLimits, Runtimes, Session,
-    Submitted, Timings,
+    Batch, BatchResult, BatchStatus, BatchSubmitted, ExecResult, ExecSession, Job, Session, Submitted, Timings,
 };
 pub use runbox_common::{
-    CheckpointInfo, Compare, FileEncoding, InputFile, JobSpec, Language, OutputFile, ReturnFiles, SessionStatus,
-    Status, Verdict, WorkerInfo,
+    CheckpointInfo, Compare, FileEncoding, InputFile, JobSpec, Language, OutputFile, ReturnFiles, RuntimeLimits,
+    Runtimes, SessionStatus, Status, Verdict, WorkerInfo,
 };
 pub use stream::{BatchResults, Event, Events, STREAM_IDLE};

@@ -1,6 +1,6 @@
 //! What runbox answers, as typed structs. Common has the enums and the
 //! small parts (`Status`, `Language`, `Verdict`, `OutputFile`,
-//! `SessionStatus`, `CheckpointInfo`, `WorkerInfo`), which are used as they
+//! `SessionStatus`, `CheckpointInfo`, `Runtimes`), which are used as they
 //! are. The objects around them are rendered by the api from its own view
 //! types, which common does not have (and `Timings` there only
 //! serializes), so they are declared here, field for field as the api
@@ -8,7 +8,7 @@
 
 use std::collections::BTreeMap;
 
-use runbox_common::{CheckpointInfo, Language, OutputFile, SessionStatus, Status, Verdict, WorkerInfo};
+use runbox_common::{CheckpointInfo, Language, OutputFile, SessionStatus, Status, Verdict};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
@@ -248,30 +248,6 @@ pub struct ExecSession {
 #[derive(Deserialize)]
 pub(crate) struct SessionList {
     pub sessions: Vec<Session>,
-}
-
-/// `GET /v1/runtimes`: what can run, within which limits, and on which workers.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Runtimes {
-    pub languages: Vec<Language>,
-    pub limits: RuntimeLimits,
-    /// Workers with a recent heartbeat.
-    pub workers: Vec<WorkerInfo>,
-}
-
-/// The limits the api enforces.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct RuntimeLimits {
-    pub default_timeout_ms: u64,
-    pub max_timeout_ms: u64,
-    pub max_code_bytes: usize,
-    pub max_stdin_bytes: usize,
-    pub max_files_bytes: usize,
-    pub max_queue: u64,
-    /// Jobs in one batch, at most.
-    pub max_batch: usize,
-    pub max_batch_bytes: usize,
-    pub max_wait_s: u64,
 }
 
 #[cfg(test)]
