@@ -287,29 +287,13 @@ impl Worker {
     }
 
     async fn start_and_run(&self, entry: &Claimed, spec: &JobSpec, cancel: &CancellationToken) -> Option<Ran> {
-        let mut backoff = Backoff::new();
-        loop {
-            match self.queue.start(entry, &self.config.name, &now_rfc3339()).await {
-                Ok(Some(waited)) => {
-                    self.metrics.queue_wait.observe(waited.as_secs_f64());
-                    break;
-                }
-                // Cancelled or finished meanwhile: the result write below is
-                // a no-op for a finished job and records a pending cancel.
-                Ok(None) => {
-                    return Some(Ran::without_child(Outcome {
-                        status: Status::Cancelled,
-                        ..Outcome::internal_error("")
-                    }));
-                }
-                Err(e) => {
-                    self.metrics.redis_errors.inc();
-                    warn!(error = %e, "could not mark the job running; retrying");
-                    tokio::select! {
-                        () = tokio::time::sleep(backoff.next()) => {}
-                        () = self.kill.cancelled() => return None,
-                    }
-                }
+        let start = || async move { self.queue.start(entry, &self.config.name, &now_rfc3339()).await };
+        match self.until_written("mark the job running", start).await? {
+            Some(waited) => self.metrics.queue_wait.observe(waited.as_secs_f64()),
+            // Cancelled or finished meanwhile: the result write below is
+            // a no-op for a finished job and records a pending cancel.
+            None => {
+                return Some(Ran::without_child(Outcome { status: Status::Cancelled, ..Outcome::internal_error("") }));
             }
         }
         if let Some(task) = &spec.session {
@@ -329,22 +313,33 @@ impl Worker {
     /// through (shutdown first), the entry stays pending and another worker
     /// runs the job again: at least once, never lost.
     pub(crate) async fn finish(&self, entry: &Claimed, ran: &Ran) {
+        let ttl = self.config.shared.result_ttl;
+        let write =
+            || async move { self.queue.finish(entry, &ran.outcome, &now_rfc3339(), ttl, ran.boot, ran.ended_ms).await };
+        if let Some(write_back) = self.until_written("write the result", write).await {
+            self.metrics.write_back.observe(write_back.as_secs_f64());
+        }
+    }
+
+    /// Runs the Redis write `op` until it succeeds, retrying with backoff
+    /// and counting each failure in `redis_errors` (`what` names it in the
+    /// log); None once the worker is killed, which ends the job anyway.
+    pub(crate) async fn until_written<T, F, Fut>(&self, what: &str, mut op: F) -> Option<T>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T, QueueError>>,
+    {
         let mut backoff = Backoff::new();
         loop {
-            let finished_at = now_rfc3339();
-            let ttl = self.config.shared.result_ttl;
-            match self.queue.finish(entry, &ran.outcome, &finished_at, ttl, ran.boot, ran.ended_ms).await {
-                Ok(write_back) => {
-                    self.metrics.write_back.observe(write_back.as_secs_f64());
-                    return;
-                }
+            match op().await {
+                Ok(value) => return Some(value),
                 Err(e) => {
                     self.metrics.redis_errors.inc();
                     let delay = backoff.next();
-                    warn!(error = %e, retry_in = ?delay, "could not write the result; retrying");
+                    warn!(error = %e, retry_in = ?delay, "could not {what}; retrying");
                     tokio::select! {
                         () = tokio::time::sleep(delay) => {}
-                        () = self.kill.cancelled() => return,
+                        () = self.kill.cancelled() => return None,
                     }
                 }
             }
@@ -483,7 +478,7 @@ fn millis(duration: Duration) -> u64 {
 }
 
 /// Exponential backoff from 100 ms up to 5 s.
-pub(crate) struct Backoff {
+struct Backoff {
     next: Duration,
     failures: u32,
 }
@@ -492,11 +487,11 @@ impl Backoff {
     const FIRST: Duration = Duration::from_millis(100);
     const MAX: Duration = Duration::from_secs(5);
 
-    pub(crate) fn new() -> Backoff {
+    fn new() -> Backoff {
         Backoff { next: Backoff::FIRST, failures: 0 }
     }
 
-    pub(crate) fn next(&mut self) -> Duration {
+    fn next(&mut self) -> Duration {
         let delay = self.next;
         self.next = (self.next * 2).min(Backoff::MAX);
         self.failures += 1;

@@ -30,7 +30,7 @@ use tracing::{Instrument, info, info_span, warn};
 use crate::Sandbox;
 use crate::live::Forwarder;
 use crate::sandbox::{BootedSession, Replayed, Restore, SessionChild, SessionError};
-use crate::service::{Backoff, Ran, RunningJob, Worker};
+use crate::service::{Ran, RunningJob, Worker};
 
 /// How long one wait on the inbox blocks in Redis.
 pub(crate) const INBOX_BLOCK: Duration = Duration::from_secs(1);
@@ -356,24 +356,10 @@ impl Worker {
 
     /// Marks session `s` idle again after an exec (`execs` 1) or a
     /// checkpoint or cancelled exec (0), retrying until Redis takes it: a
-    /// session left busy would refuse every later exec with 409. Gives up
-    /// only when the worker is killed, which ends the session anyway.
+    /// session left busy would refuse every later exec with 409.
     async fn mark_idle(&self, s: &Opened, execs: u64, restored_from: Option<&str>) {
-        let mut backoff = Backoff::new();
-        loop {
-            match self.queue.session_idle(&s.id, &self.config.name, execs, restored_from).await {
-                Ok(()) => return,
-                Err(e) => {
-                    self.metrics.redis_errors.inc();
-                    let delay = backoff.next();
-                    warn!(session = %s.id, error = %e, retry_in = ?delay, "could not mark the session idle; retrying");
-                    tokio::select! {
-                        () = tokio::time::sleep(delay) => {}
-                        () = self.kill.cancelled() => return,
-                    }
-                }
-            }
-        }
+        let idle = || self.queue.session_idle(&s.id, &self.config.name, execs, restored_from);
+        self.until_written("mark the session idle", idle).await;
     }
 
     /// Brings the `sessions` gauge up to date after a session came or went.
