@@ -29,7 +29,7 @@ const EXIT_MEMORY: u8 = 125;
 const EXIT_NOT_RUN: u8 = 126;
 /// Every command's exit code when runbox refused the request or could not
 /// be reached (`EX_UNAVAILABLE`).
-const EXIT_RUNBOX_ERROR: u8 = 69;
+const EXIT_UNAVAILABLE: u8 = 69;
 
 #[derive(Parser)]
 #[command(name = "runbox", version, about = "Run code in a runbox service's sandbox")]
@@ -100,7 +100,7 @@ async fn main() -> ExitCode {
         Ok(code) => code,
         Err(e) => {
             eprintln!("runbox: {e:#}");
-            ExitCode::from(EXIT_RUNBOX_ERROR)
+            ExitCode::from(EXIT_UNAVAILABLE)
         }
     }
 }
