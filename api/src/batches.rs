@@ -21,27 +21,14 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use runbox_common::{BatchJob, BatchRecord, Enqueued, Idempotency, Status, now_rfc3339};
 use serde::Serialize;
-use serde_json::{Map, Value, json};
+use serde_json::json;
 
 use crate::AppState;
 use crate::auth::Caller;
+use crate::callbacks;
 use crate::error::{ApiError, BatchItemError};
 use crate::jobs::{CANCEL_CONFIRM, JobView, RECHECK_EVERY, idempotency_key, json_body, long_poll};
-use crate::{callbacks, validate};
-
-/// Fields a batch may have.
-pub(crate) const FIELDS: &[&str] =
-    &["jobs", "program", "cases", "stop_on_first_failure", "shared_runtime", "callback_url"];
-
-/// Fields of a job that a batch sets for all its jobs: a job of a batch
-/// may not have them.
-pub(crate) const BATCH_ONLY: &[&str] = &["callback_url", "shared_runtime"];
-
-/// A job as the JSON object a client sent.
-type JobObject = Map<String, Value>;
-
-/// Fields a test case may set on top of the program.
-pub(crate) const CASE_FIELDS: &[&str] = &["stdin", "args", "expected_stdout"];
+use crate::requests::{self, BatchRequest};
 
 /// Jobs per page of `GET /v1/batches/{id}`, by default and at most.
 const DEFAULT_PAGE: usize = 100;
@@ -107,7 +94,7 @@ pub(crate) struct Page {
     path = "/v1/batches",
     tag = "batches",
     params(crate::jobs::IdempotencyKey),
-    request_body(content = crate::openapi::BatchRequest, content_type = "application/json"),
+    request_body(content = BatchRequest, content_type = "application/json"),
     responses(
         (status = 202, description = "Queued: the batch id and its job ids, in order.", body = crate::openapi::BatchAccepted),
         (status = 400, description = "`invalid_json`, `invalid_field`, `unknown_field`, or `invalid_batch` with each bad job in `error.jobs`.", body = crate::openapi::ErrorBody),
@@ -126,48 +113,25 @@ pub async fn submit(
 ) -> Result<Response, ApiError> {
     let limits = &state.config.limits;
     let body = json_body(&headers, body, limits.max_batch_bytes)?;
-    let fields = validate::json_object(&body)?;
-    if let Some(unknown) = fields.keys().find(|k| !FIELDS.contains(&k.as_str())) {
-        return Err(ApiError::UnknownField(format!("unknown field {unknown:?}; a batch has {}", FIELDS.join(", "))));
-    }
-    let stop_on_failure = match fields.get("stop_on_first_failure") {
-        None | Some(Value::Null) => false,
-        Some(Value::Bool(stop)) => *stop,
-        Some(_) => return Err(ApiError::InvalidField("stop_on_first_failure must be true or false".into())),
-    };
-    // Test cases are one program run many times: the owner's long-lived
-    // children by default, in every language. Jobs given one by one follow
-    // their language's default (`validate::lane`), as single jobs do.
-    let shared_runtime = validate::shared_runtime(&fields)?.or(fields.contains_key("cases").then_some(true));
-    let callback = callbacks::check_url(&state, &caller.0, fields.get("callback_url")).await?;
-    let items = batch_items(&fields)?;
-    if items.is_empty() || items.len() > limits.max_batch {
-        return Err(ApiError::InvalidField(format!(
-            "the batch holds {} jobs; a batch holds 1 to {}",
-            items.len(),
-            limits.max_batch
-        )));
-    }
-
-    let mut specs = Vec::with_capacity(items.len());
+    let batch = BatchRequest::parse(&body)?.validate(limits)?;
+    let callback = callbacks::check_url(&state, &caller.0, batch.callback_url).await?;
+    let (stop_on_failure, shared_runtime) = (batch.stop_on_first_failure, batch.shared_runtime);
+    let total = batch.jobs.len();
+    let mut specs = Vec::with_capacity(total);
     let mut errors = Vec::new();
-    for (index, item) in items.into_iter().enumerate() {
-        let item = item.and_then(|job| match BATCH_ONLY.iter().find(|f| job.contains_key(**f)) {
-            Some(field) => Err(ApiError::InvalidField(format!("{field} belongs on the batch, not on its jobs"))),
-            None => Ok(job),
-        });
-        match item.and_then(|job| validate::job_spec_fields(&job, limits)) {
+    for (index, job) in batch.jobs.into_iter().enumerate() {
+        match job {
             Ok(spec) => specs.push(spec),
-            Err(error) => errors.push(BatchItemError::new(index, &error)),
+            Err(error) => errors.push(BatchItemError::new(index, error)),
         }
     }
     if !errors.is_empty() {
-        return Err(ApiError::InvalidBatch { total: specs.len() + errors.len(), errors });
+        return Err(ApiError::InvalidBatch { total, errors });
     }
 
     let batch_id = uuid::Uuid::new_v4().to_string();
     for spec in &mut specs {
-        spec.shared_lane = validate::lane(spec, shared_runtime, &caller.0);
+        spec.shared_lane = requests::lane(spec, shared_runtime, &caller.0);
     }
     let mut jobs = Vec::with_capacity(specs.len());
     for spec in &specs {
@@ -234,7 +198,7 @@ pub async fn get(
     Path(id): Path<String>,
     Query(query): Query<HashMap<String, String>>,
 ) -> Result<Json<BatchView>, ApiError> {
-    let wait = validate::wait_seconds(query.get("wait").map(String::as_str))?;
+    let wait = requests::wait_seconds(query.get("wait").map(String::as_str))?;
     let offset = page_param(&query, "offset", 0, MAX_OFFSET)?;
     let limit = page_param(&query, "limit", DEFAULT_PAGE, MAX_PAGE)?;
     let batch = wait_for_batch(&state, &id, &caller, Duration::from_secs(wait)).await?;
@@ -345,44 +309,6 @@ pub async fn results(
     Ok(response)
 }
 
-/// The jobs a batch body describes, each as a JSON object or the error that
-/// keeps it from being one: `jobs` as given, or `program` merged with each
-/// of `cases`.
-fn batch_items(fields: &JobObject) -> Result<Vec<Result<JobObject, ApiError>>, ApiError> {
-    let as_object = |item: &Value, what: &str| match item {
-        Value::Object(object) => Ok(object.clone()),
-        _ => Err(ApiError::InvalidJson(format!("{what} must be a JSON object"))),
-    };
-    // A null field is an absent one, as in a job.
-    let present = |name: &str| fields.get(name).filter(|v| !v.is_null());
-    match (present("jobs"), present("program"), present("cases")) {
-        (Some(Value::Array(jobs)), None, None) => Ok(jobs.iter().map(|job| as_object(job, "a job")).collect()),
-        (None, Some(program), Some(Value::Array(cases))) => {
-            let program = as_object(program, "program")?;
-            Ok(cases
-                .iter()
-                .map(|case| {
-                    let case = as_object(case, "a case")?;
-                    if let Some(unknown) = case.keys().find(|k| !CASE_FIELDS.contains(&k.as_str())) {
-                        return Err(ApiError::UnknownField(format!(
-                            "unknown field {unknown:?}; a case has {}",
-                            CASE_FIELDS.join(", ")
-                        )));
-                    }
-                    // A case's null field is an absent one: the program's holds.
-                    let mut job = program.clone();
-                    job.extend(case.into_iter().filter(|(_, value)| !value.is_null()));
-                    Ok(job)
-                })
-                .collect())
-        }
-        (Some(_), None, None) => Err(ApiError::InvalidField("jobs must be an array of job objects".into())),
-        (None, Some(_), _) => Err(ApiError::InvalidField("cases is required with program: an array of cases".into())),
-        (None, None, _) => Err(ApiError::InvalidField("jobs is required (or program and cases)".into())),
-        _ => Err(ApiError::InvalidField("give either jobs, or program and cases".into())),
-    }
-}
-
 /// Reads batch `id` if the caller owns it, waiting up to `wait` for every
 /// job in it to finish.
 async fn wait_for_batch(state: &AppState, id: &str, caller: &Caller, wait: Duration) -> Result<BatchRecord, ApiError> {
@@ -440,7 +366,7 @@ fn page_param(query: &HashMap<String, String>, name: &str, default: usize, max: 
             Ok(n) if n <= max && (name != "limit" || n > 0) => Ok(n),
             _ => {
                 let min = usize::from(name == "limit");
-                Err(ApiError::InvalidField(format!("{name} must be a whole number from {min} to {max}")))
+                Err(ApiError::invalid(name, format!("{name} must be a whole number from {min} to {max}")))
             }
         },
     }

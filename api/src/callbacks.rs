@@ -30,7 +30,6 @@ use std::time::Duration;
 
 use hmac::{Hmac, Mac};
 use runbox_common::{CallbackDue, ConfigError, Queue, now_unix_ms};
-use serde_json::Value;
 use sha2::Sha256;
 
 use crate::AppState;
@@ -119,24 +118,21 @@ impl CallbackConfig {
 }
 
 /// Checks the `callback_url` of a submission by `owner`, if it has one.
-pub async fn check_url(state: &AppState, owner: &str, value: Option<&Value>) -> Result<Option<String>, ApiError> {
-    let url = match value {
-        None | Some(Value::Null) => return Ok(None),
-        Some(Value::String(url)) => url,
-        Some(_) => return Err(ApiError::InvalidField("callback_url must be a string".into())),
-    };
+pub async fn check_url(state: &AppState, owner: &str, url: Option<String>) -> Result<Option<String>, ApiError> {
+    let Some(url) = url else { return Ok(None) };
     if state.config.callbacks.secret(owner).is_none() {
-        return Err(ApiError::InvalidField(format!(
-            "callback_url needs a callback secret for token {owner:?}: set it in RUNBOX_CALLBACK_SECRETS"
-        )));
+        return Err(ApiError::invalid(
+            "callback_url",
+            format!("callback_url needs a callback secret for token {owner:?}: set it in RUNBOX_CALLBACK_SECRETS"),
+        ));
     }
     if url.len() > MAX_URL_BYTES {
-        return Err(ApiError::InvalidField(format!("callback_url is longer than {MAX_URL_BYTES} bytes")));
+        return Err(ApiError::invalid("callback_url", format!("callback_url is longer than {MAX_URL_BYTES} bytes")));
     }
-    reachable(&state.config.callbacks, url)
+    reachable(&state.config.callbacks, &url)
         .await
-        .map_err(|e| ApiError::InvalidField(format!("callback_url {url:?}: {e}")))?;
-    Ok(Some(url.clone()))
+        .map_err(|e| ApiError::invalid("callback_url", format!("callback_url {url:?}: {e}")))?;
+    Ok(Some(url))
 }
 
 /// Where a callback to `url` may go: the host and the checked address.

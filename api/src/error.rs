@@ -12,10 +12,10 @@ pub enum ApiError {
     Unauthorized,
     #[error("{0}")]
     InvalidJson(String),
+    /// A field of the request that is wrong, unknown or too large: which,
+    /// and what to fix.
     #[error("{0}")]
-    InvalidField(String),
-    #[error("{0}")]
-    UnknownField(String),
+    Field(crate::requests::FieldError),
     /// The most `?wait=` may ask for.
     #[error("wait must be a whole number of seconds from 0 to {0}")]
     InvalidWait(u64),
@@ -63,16 +63,25 @@ pub enum ApiError {
 /// What is wrong with one job of a batch.
 #[derive(Debug, serde::Serialize, utoipa::ToSchema)]
 pub struct BatchItemError {
-    /// The job's position in `jobs`, from 0.
+    /// The job's position in `jobs` (or `cases`), from 0.
     pub index: usize,
     #[schema(value_type = String)]
     pub code: &'static str,
+    /// The field of that job, as a path into it.
+    pub field: String,
     pub message: String,
 }
 
 impl BatchItemError {
-    pub fn new(index: usize, error: &ApiError) -> BatchItemError {
-        BatchItemError { index, code: error.status_and_code().1, message: error.to_string() }
+    pub fn new(index: usize, error: crate::requests::FieldError) -> BatchItemError {
+        BatchItemError { index, code: error.code, field: error.field, message: error.message }
+    }
+}
+
+impl ApiError {
+    /// A field whose value is wrong: which, and what to fix.
+    pub fn invalid(field: impl Into<String>, message: impl Into<String>) -> ApiError {
+        ApiError::Field(crate::requests::FieldError::invalid(field, message))
     }
 }
 
@@ -81,8 +90,8 @@ impl ApiError {
         match self {
             ApiError::Unauthorized => (StatusCode::UNAUTHORIZED, "unauthorized"),
             ApiError::InvalidJson(_) => (StatusCode::BAD_REQUEST, "invalid_json"),
-            ApiError::InvalidField(_) => (StatusCode::BAD_REQUEST, "invalid_field"),
-            ApiError::UnknownField(_) => (StatusCode::BAD_REQUEST, "unknown_field"),
+            ApiError::Field(error) if error.code.ends_with("_too_large") => (StatusCode::PAYLOAD_TOO_LARGE, error.code),
+            ApiError::Field(error) => (StatusCode::BAD_REQUEST, error.code),
             ApiError::InvalidWait(_) => (StatusCode::BAD_REQUEST, "invalid_wait"),
             ApiError::UnsupportedMediaType => (StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type"),
             ApiError::TooLarge { code, .. } => (StatusCode::PAYLOAD_TOO_LARGE, code),
@@ -156,6 +165,9 @@ impl IntoResponse for ApiError {
         let mut body = json!({ "error": { "code": code, "message": self.to_string() } });
         if let ApiError::InvalidBatch { errors, .. } = &self {
             body["error"]["jobs"] = json!(errors);
+        }
+        if let ApiError::Field(error) = &self {
+            body["error"]["field"] = json!(error.field);
         }
         let mut response = (status, axum::Json(body)).into_response();
         if status == StatusCode::SERVICE_UNAVAILABLE || status == StatusCode::TOO_MANY_REQUESTS {

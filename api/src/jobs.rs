@@ -18,8 +18,9 @@ use tokio::time::Instant;
 
 use crate::AppState;
 use crate::auth::Caller;
+use crate::callbacks;
 use crate::error::ApiError;
-use crate::{callbacks, validate};
+use crate::requests::{self, JobRequest};
 
 /// How long a DELETE waits for the worker to confirm the kill.
 pub(crate) const CANCEL_CONFIRM: Duration = Duration::from_secs(2);
@@ -130,9 +131,10 @@ pub(crate) fn idempotency_key(headers: &HeaderMap) -> Result<Option<&str>, ApiEr
         Ok(key) if !key.is_empty() && key.len() <= MAX_IDEMPOTENCY_KEY && key.bytes().all(|b| b.is_ascii_graphic()) => {
             Ok(Some(key))
         }
-        _ => Err(ApiError::InvalidField(format!(
-            "Idempotency-Key must be 1 to {MAX_IDEMPOTENCY_KEY} printable ASCII characters without spaces"
-        ))),
+        _ => Err(ApiError::invalid(
+            "Idempotency-Key",
+            format!("Idempotency-Key must be 1 to {MAX_IDEMPOTENCY_KEY} printable ASCII characters without spaces"),
+        )),
     }
 }
 
@@ -163,7 +165,7 @@ pub(crate) fn json_body(
     path = "/v1/jobs",
     tag = "jobs",
     params(WaitParam, IdempotencyKey),
-    request_body(content = crate::openapi::JobRequest, content_type = "application/json"),
+    request_body(content = JobRequest, content_type = "application/json"),
     responses(
         (status = 200, description = "The job finished within `wait` (or an earlier request with the same Idempotency-Key queued it and it has finished).", body = JobView),
         (status = 202, description = "Queued (or still running after `wait`).", body = crate::openapi::Accepted),
@@ -182,12 +184,11 @@ pub async fn submit(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    let wait = validate::wait_seconds(query.get("wait").map(String::as_str))?;
+    let wait = requests::wait_seconds(query.get("wait").map(String::as_str))?;
     let body = json_body(&headers, body, state.config.limits.max_body_bytes())?;
-    let fields = validate::json_object(&body)?;
-    let spec = validate::job_spec_fields(&fields, &state.config.limits)?;
-    let callback = callbacks::check_url(&state, &caller.0, fields.get("callback_url")).await?;
-    let shared_runtime = validate::shared_runtime(&fields)?;
+    let (program, callback_url, shared_runtime) = requests::parse::<JobRequest>(&body)?.split();
+    let spec = program.validate(&state.config.limits)?;
+    let callback = callbacks::check_url(&state, &caller.0, callback_url).await?;
 
     let key = idempotency_key(&headers)?;
     let Queued { id, duplicate } =
@@ -219,7 +220,7 @@ pub(crate) struct Queued {
 /// MCP, the compatible APIs) goes through here, so they share one path to
 /// the workers, and one rule for where a job runs: the caller's long-lived
 /// children or a fresh child, as `shared_runtime` (None on surfaces that
-/// have no such field) and the language decide ([`validate::lane`]).
+/// have no such field) and the language decide ([`requests::lane`]).
 pub(crate) async fn enqueue(
     state: &AppState,
     caller: &Caller,
@@ -230,7 +231,7 @@ pub(crate) async fn enqueue(
     compat: Option<&str>,
 ) -> Result<Queued, ApiError> {
     let id = uuid::Uuid::new_v4().to_string();
-    let placed = JobSpec { shared_lane: validate::lane(spec, shared_runtime, &caller.0), ..spec.clone() };
+    let placed = JobSpec { shared_lane: requests::lane(spec, shared_runtime, &caller.0), ..spec.clone() };
     let payload = serde_json::to_string(&placed).map_err(|e| ApiError::InvalidJson(e.to_string()))?;
     let signature = state.config.shared.signing_key.sign(&id, &payload);
     let idempotency = idempotency_key.map(|key| Idempotency { key, ttl: state.config.shared.result_ttl });
@@ -287,7 +288,7 @@ pub async fn get(
     Path(id): Path<String>,
     Query(query): Query<HashMap<String, String>>,
 ) -> Result<Json<JobView>, ApiError> {
-    let wait = validate::wait_seconds(query.get("wait").map(String::as_str))?;
+    let wait = requests::wait_seconds(query.get("wait").map(String::as_str))?;
     let record = wait_for(&state, &id, Duration::from_secs(wait)).await?;
     Ok(Json(owned(record, &caller)?.into()))
 }

@@ -17,7 +17,8 @@
 //! - `callbacks`: signed delivery of finished jobs and batches to `callback_url`.
 //! - `addresses`: which IP addresses are public, for anything the api
 //!   connects to on a user's behalf.
-//! - `validate`: request body → job spec, with errors that say what to fix.
+//! - `requests`: each request body as one type that parses and documents it,
+//!   and the checks that turn it into a job spec, with errors naming the field.
 //! - `auth`: bearer tokens, compared in constant time.
 //! - `quotas`: what each token may have queued and submit per second.
 //! - `waiters`: long-poll and live-output fan-out over one pub/sub
@@ -42,8 +43,8 @@ mod metrics;
 mod openapi;
 mod page;
 mod quotas;
+mod requests;
 mod sessions;
-mod validate;
 mod waiters;
 
 use std::future::Future;

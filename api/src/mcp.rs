@@ -38,17 +38,18 @@ use rmcp::model::{
 use rmcp::transport::streamable_http_server::session::never::NeverSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use rmcp::{ErrorData, Peer, RoleServer, tool, tool_handler, tool_router};
-use runbox_common::{JobRecord, Status, now_rfc3339};
+use runbox_common::{JobRecord, Status, UnknownLanguage, now_rfc3339};
 use schemars::JsonSchema;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use crate::auth::Caller;
 use crate::config::{ApiLimits, McpHosts};
 use crate::error::ApiError;
+use crate::requests::{self, ExecRequest, FieldError, Program, SessionRequest};
 use crate::sessions::{self, SessionView};
-use crate::{AppState, jobs, validate};
+use crate::{AppState, jobs};
 
 /// How long a run may wait in the queue, on top of its own time limit,
 /// before `run_code` gives up on it, cancels it and says to retry.
@@ -98,13 +99,11 @@ pub(crate) struct McpServer {
 )]
 impl rmcp::ServerHandler for McpServer {}
 
-/// What `run_code` takes. Only its schema is used: the arguments go to
-/// `validate` as JSON, so a bad one gets the same message as on `/v1/jobs`
-/// and comes back as a tool error the model can act on, rather than as a
-/// protocol error.
-#[derive(JsonSchema)]
-#[schemars(deny_unknown_fields)]
-#[expect(dead_code, reason = "only the JSON schema of this type is used")]
+/// What `run_code` takes: a job's program, fewer fields. A bad argument
+/// gets the same message as on `/v1/jobs`, as a tool error the model can
+/// act on rather than as a protocol error.
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 struct RunCodeArgs {
     /// The language of `code`.
     #[schemars(extend("enum" = ["python", "javascript", "typescript"]))]
@@ -114,12 +113,23 @@ struct RunCodeArgs {
     /// Text to feed the program on standard input.
     stdin: Option<String>,
     /// Wall-clock limit for the run, in milliseconds (the tool description gives the default and the maximum).
+    #[serde(default, deserialize_with = "requests::whole_number")]
     timeout_ms: Option<u64>,
 }
 
-/// The arguments `run_code` takes; anything else is refused, as a typo
-/// such as `timeout` would otherwise be silently ignored.
-const RUN_CODE_ARGS: &[&str] = &["language", "code", "stdin", "timeout_ms"];
+impl RunCodeArgs {
+    fn program(self) -> Result<Program, FieldError> {
+        let language =
+            self.language.parse().map_err(|e: UnknownLanguage| FieldError::invalid("language", e.to_string()))?;
+        Ok(Program {
+            language: Some(language),
+            code: Some(self.code),
+            stdin: self.stdin,
+            timeout_ms: self.timeout_ms,
+            ..Program::default()
+        })
+    }
+}
 
 /// What `run_code` returns as `structuredContent`.
 #[derive(Serialize, JsonSchema)]
@@ -170,7 +180,7 @@ impl McpServer {
         // pending run, which cancels the job.
         // rmcp runs the tool in a task of its own, outside the request's span.
         let span = tracing::info_span!("mcp_tool", tool = "run_code", caller = %caller.0);
-        let run = tracing::Instrument::instrument(self.run(&caller, &args, progress), span);
+        let run = tracing::Instrument::instrument(self.run(&caller, args, progress), span);
         tokio::select! {
             result = run => Ok(result.unwrap_or_else(tool_error)),
             () = abandoned.cancelled() => Err(ErrorData::internal_error("the request was abandoned", None)),
@@ -178,24 +188,31 @@ impl McpServer {
     }
 }
 
-/// What `create_session` takes.
-#[derive(JsonSchema)]
-#[schemars(deny_unknown_fields)]
-#[expect(dead_code, reason = "only the JSON schema of this type is used")]
+/// What `create_session` takes: `POST /v1/sessions`' body.
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 struct CreateSessionArgs {
     /// The session's language (TypeScript runs only as run_code).
     #[schemars(extend("enum" = ["python", "javascript"]))]
     language: Option<String>,
     /// Seconds without a call after which the session is destroyed.
+    #[serde(default, deserialize_with = "requests::whole_number")]
     idle_timeout_s: Option<u64>,
     /// Start from this checkpoint (from checkpoint_session) instead of from nothing.
     from_checkpoint: Option<String>,
 }
 
-/// What `run_in_session` takes.
-#[derive(JsonSchema)]
-#[schemars(deny_unknown_fields)]
-#[expect(dead_code, reason = "only the JSON schema of this type is used")]
+impl CreateSessionArgs {
+    fn request(self) -> Result<SessionRequest, FieldError> {
+        let language = self.language.map(|l| l.parse::<runbox_common::Language>()).transpose();
+        let language = language.map_err(|e| FieldError::invalid("language", e.to_string()))?;
+        Ok(SessionRequest { language, idle_timeout_s: self.idle_timeout_s, from_checkpoint: self.from_checkpoint })
+    }
+}
+
+/// What `run_in_session` takes: a session's id and an exec's body.
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 struct RunInSessionArgs {
     /// The id create_session returned.
     session_id: String,
@@ -204,16 +221,21 @@ struct RunInSessionArgs {
     /// Text on standard input (Python only).
     stdin: Option<String>,
     /// Wall-clock limit for this call, in milliseconds.
+    #[serde(default, deserialize_with = "requests::whole_number")]
     timeout_ms: Option<u64>,
 }
 
 /// What the other session tools take.
-#[derive(JsonSchema)]
-#[schemars(deny_unknown_fields)]
-#[expect(dead_code, reason = "only the JSON schema of this type is used")]
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 struct SessionIdArgs {
     /// The id create_session (or fork_session) returned.
     session_id: String,
+}
+
+/// A tool's arguments as `T`, or a tool error that names the argument.
+fn arguments<T: serde::de::DeserializeOwned>(args: JsonObject) -> Result<T, ApiError> {
+    Ok(requests::from_value(Value::Object(args))?)
 }
 
 #[tool_router(router = session_tools, vis = "pub(crate)")]
@@ -234,7 +256,11 @@ impl McpServer {
         args: JsonObject,
     ) -> Result<CallToolResult, ErrorData> {
         let caller = caller(&parts)?;
-        Ok(answer(sessions::create_session(&self.state, &caller, &args).await.map(SessionView::from)))
+        let created = async {
+            let request = arguments::<CreateSessionArgs>(args)?.request()?;
+            sessions::create_session(&self.state, &caller, request).await
+        };
+        Ok(answer(created.await.map(SessionView::from)))
     }
 
     #[tool(
@@ -255,13 +281,12 @@ impl McpServer {
         args: JsonObject,
     ) -> Result<CallToolResult, ErrorData> {
         let caller = caller(&parts)?;
-        let mut fields = args;
-        let Some(Value::String(id)) = fields.remove("session_id") else {
-            return Ok(tool_error(ApiError::InvalidField(
-                "session_id is required: the id create_session returned".into(),
-            )));
+        let RunInSessionArgs { session_id, code, stdin, timeout_ms } = match arguments(args) {
+            Ok(args) => args,
+            Err(e) => return Ok(tool_error(e)),
         };
-        let result = match sessions::exec_in(&self.state, &caller, &id, fields).await {
+        let request = ExecRequest { code: Some(code), stdin, timeout_ms };
+        let result = match sessions::exec_in(&self.state, &caller, &session_id, request).await {
             Ok(sessions::Executed::Done(view)) => {
                 let value = serde_json::to_value(&view).unwrap_or_default();
                 let failed = !(value["status"] == "completed" && value["exit_code"] == 0);
@@ -292,7 +317,7 @@ impl McpServer {
         args: JsonObject,
     ) -> Result<CallToolResult, ErrorData> {
         let caller = caller(&parts)?;
-        Ok(answer(async { sessions::take_checkpoint(&self.state, &caller, &session_id(&args)?).await }.await))
+        Ok(answer(async { sessions::take_checkpoint(&self.state, &caller, &session_id(args)?).await }.await))
     }
 
     #[tool(
@@ -309,7 +334,7 @@ impl McpServer {
     ) -> Result<CallToolResult, ErrorData> {
         let caller = caller(&parts)?;
         Ok(answer(
-            async { sessions::fork_session(&self.state, &caller, &session_id(&args)?).await.map(SessionView::from) }
+            async { sessions::fork_session(&self.state, &caller, &session_id(args)?).await.map(SessionView::from) }
                 .await,
         ))
     }
@@ -327,21 +352,15 @@ impl McpServer {
     ) -> Result<CallToolResult, ErrorData> {
         let caller = caller(&parts)?;
         Ok(answer(
-            async { sessions::destroy_session(&self.state, &caller, &session_id(&args)?).await.map(SessionView::from) }
+            async { sessions::destroy_session(&self.state, &caller, &session_id(args)?).await.map(SessionView::from) }
                 .await,
         ))
     }
 }
 
 /// The `session_id` argument, and nothing else.
-fn session_id(args: &JsonObject) -> Result<String, ApiError> {
-    if let Some(unknown) = args.keys().find(|k| k.as_str() != "session_id") {
-        return Err(ApiError::UnknownField(format!("unknown argument {unknown:?}; this tool takes session_id")));
-    }
-    match args.get("session_id") {
-        Some(Value::String(id)) => Ok(id.clone()),
-        _ => Err(ApiError::InvalidField("session_id is required: the id create_session returned".into())),
-    }
+fn session_id(args: JsonObject) -> Result<String, ApiError> {
+    Ok(arguments::<SessionIdArgs>(args)?.session_id)
 }
 
 /// A session tool's answer: its value as [`structured`], or its error.
@@ -367,17 +386,11 @@ impl McpServer {
     async fn run(
         &self,
         caller: &Caller,
-        args: &JsonObject,
+        args: JsonObject,
         progress: Option<Progress>,
     ) -> Result<CallToolResult, ApiError> {
-        if let Some(unknown) = args.keys().find(|k| !RUN_CODE_ARGS.contains(&k.as_str())) {
-            return Err(ApiError::UnknownField(format!(
-                "unknown argument {unknown:?}; run_code takes {}",
-                RUN_CODE_ARGS.join(", ")
-            )));
-        }
         let limits = &self.state.config.limits;
-        let spec = validate::job_spec_fields(args, limits)?;
+        let spec = arguments::<RunCodeArgs>(args)?.program()?.validate(limits)?;
         let queued = jobs::enqueue(&self.state, caller, &spec, None, None, None, None).await?;
         // Dropped, and so the job cancelled, when the call is abandoned too.
         let mut pending = CancelOnDrop { state: self.state.clone(), id: Some(queued.id.clone()) };
@@ -671,7 +684,7 @@ mod tests {
         let quota = runbox_common::Quota { max_active: 0, per_second: 5 };
         let rate = tool_error(ApiError::over_quota(runbox_common::OverQuota::Rate, quota));
         assert_eq!(text_of(&rate), "quota_exceeded: this token may submit 5 times per second; retry in a second");
-        let bad = tool_error(ApiError::InvalidField("code is required".into()));
+        let bad = tool_error(ApiError::invalid("code", "code is required"));
         assert_eq!(text_of(&bad), "invalid_field: code is required");
     }
 

@@ -1,12 +1,11 @@
 //! `GET /openapi.json`: the native API described from the code itself.
 //!
 //! Responses are the types the handlers serialize (`JobView`,
-//! `SessionView`, ...), deriving their schemas. Request bodies are parsed by
-//! hand in `validate` (to name what is wrong), so each has a schema struct
-//! here that mirrors what is accepted; a test checks that their fields are
-//! exactly the fields the parsers accept. The limits a deployment
-//! configures (timeouts, idle timeouts) are written into the document when
-//! it is served, so it describes the api answering it.
+//! `SessionView`, ...), and request bodies the types that parse them
+//! (`requests`), each deriving its schema. Bounds come from the constants
+//! the validators enforce, and the limits a deployment configures
+//! (timeouts, idle timeouts) are written into the document when it is
+//! served, so it describes the api answering it.
 //!
 //! Left out: `/mcp` (described by MCP itself), the Judge0- and
 //! Piston-compatible APIs (described by those projects), and `/`, the
@@ -15,18 +14,23 @@
 use axum::Json;
 use axum::extract::State;
 use runbox_common::{
-    CheckpointInfo, Compare, FileEncoding, Language, OutputFile, RuntimeLimits, Runtimes, SessionStatus, Status,
-    Timings, Verdict, WorkerInfo,
+    CheckpointInfo, Compare, FileEncoding, Language, OutputFile, RuntimeLimits, Runtimes, SessionLimits, SessionStatus,
+    Status, Timings, Verdict, WorkerInfo,
 };
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use serde_json::{Value, json};
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi, ToSchema};
 
 use crate::AppState;
 use crate::batches::{BatchStatus, BatchView};
+use crate::config::ApiLimits;
 use crate::error::BatchItemError;
 use crate::jobs::JobView;
+use crate::requests::{
+    self, BatchRequest, CaseRequest, CasesBatch, ExecRequest, FilePath, FileRequest, JobRequest, JobsBatch,
+    LanguageName, Program, ReturnFilesRequest, SessionLanguage, SessionRequest,
+};
 use crate::sessions::{ExecSession, ExecView, SessionView};
 
 #[derive(OpenApi)]
@@ -60,7 +64,7 @@ use crate::sessions::{ExecSession, ExecView, SessionView};
         serve,
     ),
     components(schemas(
-        JobRequest, BatchJobRequest, FileRequest, FilePath, ReturnFilesRequest, LanguageName, SessionLanguage, BatchRequest,
+        JobRequest, Program, FileRequest, FilePath, ReturnFilesRequest, LanguageName, SessionLanguage, BatchRequest,
         JobsBatch, CasesBatch, CaseRequest, LiveEvent, LiveEventName, SessionRequest, ExecRequest, JobView, Accepted, BatchAccepted, BatchView, BatchStatus, SessionView, SessionList, ExecView,
         ExecSession, Runtimes, RuntimeLimits, Health, ErrorBody, ErrorDetail, BatchItemError, Language, Status,
         Verdict, Compare, FileEncoding, OutputFile, Timings, CheckpointInfo, SessionStatus, WorkerInfo,
@@ -93,17 +97,25 @@ impl Modify for BearerAuth {
 /// The document as this api serves it: the configured limits filled in,
 /// and the rules between fields that the derived schemas cannot state.
 pub fn document(state: &AppState) -> Value {
+    document_for(&state.config.limits, &state.config.sessions)
+}
+
+/// The document for an api with these limits.
+fn document_for(limits: &ApiLimits, sessions: &SessionLimits) -> Value {
     let mut doc = serde_json::to_value(ApiDoc::openapi()).unwrap_or_default();
     let schemas = &mut doc["components"]["schemas"];
-    let max_timeout = state.config.limits.timeouts.max_ms();
+    let max_timeout = limits.timeouts.max_ms();
     for name in ["JobRequest", "BatchJobRequest", "ExecRequest"] {
         schemas[name]["properties"]["timeout_ms"]["maximum"] = json!(max_timeout);
     }
     for name in ["JobRequest", "BatchJobRequest"] {
-        schemas[name]["properties"]["memory_mb"]["maximum"] = json!(crate::validate::MAX_MEMORY_MB);
+        let properties = &mut schemas[name]["properties"];
+        properties["memory_mb"]["maximum"] = json!(requests::MAX_MEMORY_MB);
+        properties["args"]["maxItems"] = json!(requests::MAX_ARGS);
+        properties["files"]["maxItems"] = json!(requests::MAX_FILES);
+        properties["return_files"]["oneOf"][1]["maxItems"] = json!(runbox_common::MAX_RETURN_FILES);
     }
-    schemas["SessionRequest"]["properties"]["idle_timeout_s"]["maximum"] =
-        json!(state.config.sessions.max_idle.as_secs());
+    schemas["SessionRequest"]["properties"]["idle_timeout_s"]["maximum"] = json!(sessions.max_idle.as_secs());
     add_cross_field_rules(schemas);
     doc
 }
@@ -151,239 +163,6 @@ const BASE64: &str = "^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/][AQgw]==|[A-Za-z0-9+
 )]
 pub async fn serve(State(state): State<AppState>) -> Json<Value> {
     Json(document(&state))
-}
-
-/// A language name: the full names, or their aliases py, js, ts.
-#[derive(Deserialize, ToSchema)]
-#[serde(rename_all = "lowercase")]
-#[allow(dead_code)]
-pub enum LanguageName {
-    Python,
-    Javascript,
-    Typescript,
-    Py,
-    Js,
-    Ts,
-}
-
-/// The languages a session runs (TypeScript runs as jobs only): the full
-/// names or their aliases.
-#[derive(Deserialize, ToSchema)]
-#[serde(rename_all = "lowercase")]
-#[allow(dead_code)]
-pub enum SessionLanguage {
-    Python,
-    Javascript,
-    Py,
-    Js,
-}
-
-/// The body of `POST /v1/jobs`, as `validate::job_spec_fields` and
-/// `callbacks::check_url` accept it. Limits on sizes are in bytes and
-/// configurable; `GET /v1/runtimes` lists them.
-#[derive(Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-#[allow(dead_code)]
-pub struct JobRequest {
-    language: LanguageName,
-    /// The program; not empty or only whitespace. At most `max_code_bytes`.
-    #[schema(min_length = 1, pattern = r"\S")]
-    code: String,
-    /// Fed to stdin, then EOF. At most `max_stdin_bytes`.
-    stdin: Option<String>,
-    /// Wall-clock limit; the configured default when absent.
-    #[schema(minimum = 1)]
-    timeout_ms: Option<u64>,
-    /// A memory cap in MiB for this job, below the worker's: it lowers the
-    /// cap, never raises it.
-    #[schema(minimum = 1)]
-    memory_mb: Option<u32>,
-    /// Command-line arguments: `Deno.args`, or `sys.argv[1:]`; at most 256
-    /// strings of 64 KiB in all.
-    #[schema(max_items = 256)]
-    args: Option<Vec<String>>,
-    /// What stdout should be; the result then has a `verdict`. At most
-    /// `max_stdin_bytes`.
-    expected_stdout: Option<String>,
-    /// How stdout is compared with `expected_stdout`; `trim` needs it.
-    compare: Option<Compare>,
-    /// Files put in the working directory; distinct paths, neither inside
-    /// another, at most `max_files_bytes` decoded in all.
-    #[schema(max_items = 64)]
-    files: Option<Vec<FileRequest>>,
-    /// Python only: `true` for every file the program created or changed,
-    /// or up to 64 distinct paths.
-    return_files: Option<ReturnFilesRequest>,
-    /// An http(s) URL to POST the finished job to, signed; its host must
-    /// resolve to public addresses (or ones RUNBOX_CALLBACK_ALLOW allows).
-    #[schema(format = "uri")]
-    callback_url: Option<String>,
-    /// Where the job runs. Absent: Python in one of the caller's long-lived
-    /// children, which other jobs of the caller's ran in before, each in a
-    /// fresh interpreter (never another token's); JavaScript and TypeScript
-    /// in a fresh child. `false`: a fresh child of its own. `true`: the
-    /// caller's long-lived children in any language (a JavaScript or
-    /// TypeScript job with `stdin`, `files` or `return_files` still gets a
-    /// fresh child).
-    shared_runtime: Option<bool>,
-}
-
-/// One job of a batch (or its `program`): a job without `callback_url` or
-/// `shared_runtime`, which belong on the batch.
-#[derive(Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-#[allow(dead_code)]
-pub struct BatchJobRequest {
-    language: LanguageName,
-    /// The program; not empty or only whitespace. At most `max_code_bytes`.
-    #[schema(min_length = 1, pattern = r"\S")]
-    code: String,
-    /// Fed to stdin, then EOF. At most `max_stdin_bytes`.
-    stdin: Option<String>,
-    /// Wall-clock limit; the configured default when absent.
-    #[schema(minimum = 1)]
-    timeout_ms: Option<u64>,
-    /// A memory cap in MiB for this job, below the worker's: it lowers the
-    /// cap, never raises it.
-    #[schema(minimum = 1)]
-    memory_mb: Option<u32>,
-    /// Command-line arguments: `Deno.args`, or `sys.argv[1:]`; at most 256
-    /// strings of 64 KiB in all.
-    #[schema(max_items = 256)]
-    args: Option<Vec<String>>,
-    /// What stdout should be; the result then has a `verdict`. At most
-    /// `max_stdin_bytes`.
-    expected_stdout: Option<String>,
-    /// How stdout is compared with `expected_stdout`; `trim` needs it.
-    compare: Option<Compare>,
-    /// Files put in the working directory; distinct paths, neither inside
-    /// another, at most `max_files_bytes` decoded in all.
-    #[schema(max_items = 64)]
-    files: Option<Vec<FileRequest>>,
-    /// Python only: `true` for every file the program created or changed,
-    /// or up to 64 distinct paths.
-    return_files: Option<ReturnFilesRequest>,
-}
-
-/// A file given to the program.
-#[derive(Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-#[allow(dead_code)]
-pub struct FileRequest {
-    path: FilePath,
-    /// The text, or standard base64 of the bytes.
-    content: String,
-    encoding: Option<FileEncoding>,
-}
-
-/// A path relative to the working directory: plain names separated by
-/// `/`, no `.` or `..` parts, no control characters or `\`; at most 255 bytes.
-#[derive(Deserialize, ToSchema)]
-#[schema(
-    min_length = 1,
-    max_length = 255,
-    pattern = r"^(?:(?!\.\.?(?:/|$))[^/\\\x00-\x1f\x7f-\x9f]+/)*(?!\.\.?$)[^/\\\x00-\x1f\x7f-\x9f]+$"
-)]
-#[allow(dead_code)]
-pub struct FilePath(String);
-
-/// Which written files the result carries back.
-#[derive(Deserialize, ToSchema)]
-#[serde(untagged)]
-#[allow(dead_code)]
-pub enum ReturnFilesRequest {
-    /// `true`: every file created or changed; `false`: none.
-    All(bool),
-    /// These paths, at most 64.
-    Paths(Vec<FilePath>),
-}
-
-/// The body of `POST /v1/batches`: `jobs`, or one `program` and its
-/// `cases`. Each job is validated as `POST /v1/jobs` validates it; if any is
-/// invalid, nothing is queued.
-#[derive(Deserialize, ToSchema)]
-#[serde(untagged)]
-#[allow(dead_code)]
-pub enum BatchRequest {
-    Jobs(JobsBatch),
-    Cases(CasesBatch),
-}
-
-/// A batch of jobs given one by one.
-#[derive(Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-#[allow(dead_code)]
-pub struct JobsBatch {
-    /// 1 to `max_batch` jobs.
-    #[schema(min_items = 1)]
-    jobs: Vec<BatchJobRequest>,
-    /// Cancel the jobs still queued once one fails.
-    stop_on_first_failure: Option<bool>,
-    /// Where the jobs run, as a job's `shared_runtime` says: absent, Python
-    /// jobs in the caller's long-lived children and the others in fresh
-    /// children; `true`, every job in the caller's long-lived children;
-    /// `false`, every job in a fresh child of its own.
-    shared_runtime: Option<bool>,
-    /// Where to POST the finished batch, signed; as a job's `callback_url`.
-    #[schema(format = "uri")]
-    callback_url: Option<String>,
-}
-
-/// A batch of test cases: one program run once per case.
-#[derive(Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-#[allow(dead_code)]
-pub struct CasesBatch {
-    /// The job every case runs; each case replaces its stdin, args and
-    /// expected_stdout.
-    program: BatchJobRequest,
-    /// 1 to `max_batch` cases.
-    #[schema(min_items = 1)]
-    cases: Vec<CaseRequest>,
-    stop_on_first_failure: Option<bool>,
-    /// The caller's long-lived children for every case, in any language:
-    /// the default here (`true`). `false`: a fresh child per case.
-    shared_runtime: Option<bool>,
-    #[schema(format = "uri")]
-    callback_url: Option<String>,
-}
-
-/// One test case: the program's input and what it should print.
-#[derive(Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-#[allow(dead_code)]
-pub struct CaseRequest {
-    stdin: Option<String>,
-    args: Option<Vec<String>>,
-    expected_stdout: Option<String>,
-}
-
-/// The body of `POST /v1/sessions`.
-#[derive(Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-#[allow(dead_code)]
-pub struct SessionRequest {
-    /// Required unless `from_checkpoint` is given, and then it must match
-    /// the checkpoint's.
-    language: Option<SessionLanguage>,
-    /// Seconds without an exec before the session expires.
-    #[schema(minimum = 1)]
-    idle_timeout_s: Option<u64>,
-    /// Start from this checkpoint of one of the caller's sessions.
-    from_checkpoint: Option<String>,
-}
-
-/// The body of `POST /v1/sessions/{id}/exec`.
-#[derive(Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-#[allow(dead_code)]
-pub struct ExecRequest {
-    #[schema(min_length = 1, pattern = r"\S")]
-    code: String,
-    /// Python sessions only.
-    stdin: Option<String>,
-    #[schema(minimum = 1)]
-    timeout_ms: Option<u64>,
 }
 
 /// One Server-Sent Event of `GET /v1/jobs/{id}/events` (and of a session
@@ -448,6 +227,10 @@ pub struct ErrorDetail {
     pub code: String,
     /// What to fix, for a person.
     pub message: String,
+    /// With `invalid_field`, `unknown_field` and a field's `…_too_large`:
+    /// the field, as a path into the body (`timeout_ms`, `files[2].path`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub field: Option<String>,
     /// With `invalid_batch`: each invalid job, by index.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub jobs: Option<Vec<BatchItemError>>,
@@ -455,43 +238,34 @@ pub struct ErrorDetail {
 
 #[cfg(test)]
 mod tests {
-    use utoipa::openapi::{RefOr, Schema};
-
     use super::*;
 
-    /// The property names of component schema `name`.
-    fn properties(name: &str) -> Vec<String> {
-        let doc = ApiDoc::openapi();
-        let schemas = doc.components.expect("components").schemas;
-        let Some(RefOr::T(Schema::Object(object))) = schemas.get(name) else {
-            panic!("{name} is not an object schema");
-        };
-        let mut names: Vec<String> = object.properties.keys().cloned().collect();
-        names.sort();
-        names
-    }
-
-    fn sorted(fields: &[&str]) -> Vec<String> {
-        let mut names: Vec<String> = fields.iter().map(|f| (*f).to_owned()).collect();
-        names.sort();
-        names
+    /// A body with every property component schema `name` documents, each
+    /// null (absent, to the parser).
+    fn every_property(doc: &Value, name: &str) -> Vec<u8> {
+        let properties = doc["components"]["schemas"][name]["properties"].as_object().expect("properties");
+        let body: serde_json::Map<String, Value> = properties.keys().map(|k| (k.clone(), Value::Null)).collect();
+        assert!(!body.is_empty(), "{name} documents no properties");
+        serde_json::to_vec(&body).expect("serializes")
     }
 
     #[test]
-    fn documented_request_fields_are_the_accepted_ones() {
-        assert_eq!(properties("JobRequest"), sorted(crate::validate::FIELDS));
-        assert_eq!(properties("FileRequest"), sorted(crate::validate::FILE_FIELDS));
-        let in_batch: Vec<&str> =
-            crate::validate::FIELDS.iter().copied().filter(|f| !crate::batches::BATCH_ONLY.contains(f)).collect();
-        assert_eq!(properties("BatchJobRequest"), sorted(&in_batch));
-        let mut batch = properties("JobsBatch");
-        batch.extend(properties("CasesBatch"));
-        batch.sort();
-        batch.dedup();
-        assert_eq!(batch, sorted(crate::batches::FIELDS));
-        assert_eq!(properties("CaseRequest"), sorted(crate::batches::CASE_FIELDS));
-        assert_eq!(properties("SessionRequest"), sorted(crate::sessions::CREATE_FIELDS));
-        assert_eq!(properties("ExecRequest"), sorted(crate::sessions::EXEC_FIELDS));
+    fn every_documented_request_field_is_one_the_parser_takes() {
+        // The document as served, with the bounds patched in by name: a
+        // misspelt name there would document a field nothing accepts.
+        let limits = ApiLimits::default();
+        let doc = document_for(&limits, &SessionLimits::default());
+        requests::parse::<JobRequest>(&every_property(&doc, "JobRequest")).expect("JobRequest");
+        requests::parse::<Program>(&every_property(&doc, "BatchJobRequest")).expect("BatchJobRequest");
+        requests::parse::<FileRequest>(&every_property(&doc, "FileRequest")).expect("FileRequest");
+        requests::parse::<CaseRequest>(&every_property(&doc, "CaseRequest")).expect("CaseRequest");
+        requests::parse::<SessionRequest>(&every_property(&doc, "SessionRequest")).expect("SessionRequest");
+        requests::parse::<ExecRequest>(&every_property(&doc, "ExecRequest")).expect("ExecRequest");
+        let job = &doc["components"]["schemas"]["JobRequest"]["properties"];
+        assert_eq!(job["args"]["maxItems"], requests::MAX_ARGS);
+        assert_eq!(job["files"]["maxItems"], requests::MAX_FILES);
+        assert_eq!(job["memory_mb"]["maximum"], requests::MAX_MEMORY_MB);
+        assert_eq!(job["timeout_ms"]["maximum"], limits.timeouts.max_ms());
     }
 
     #[test]

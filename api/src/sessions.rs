@@ -23,13 +23,13 @@ use runbox_common::{
     SessionTask, Status, now_rfc3339, now_unix_ms, rfc3339_at_unix_ms,
 };
 use serde::Serialize;
-use serde_json::{Map, Value};
+use serde_json::Value;
 
 use crate::AppState;
 use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::jobs::{self, JobView, json_body, wait_for};
-use crate::validate;
+use crate::requests::{self, ExecRequest, SessionRequest};
 
 /// How long creating a session waits for a worker to open it before
 /// answering 202 with the session still `starting`.
@@ -44,12 +44,6 @@ const LIVENESS_EVERY: Duration = Duration::from_secs(2);
 
 /// How long taking a checkpoint may take before the api gives up waiting.
 const CHECKPOINT_WAIT: Duration = Duration::from_secs(120);
-
-/// Fields `POST /v1/sessions` accepts.
-pub(crate) const CREATE_FIELDS: &[&str] = &["language", "idle_timeout_s", "from_checkpoint"];
-
-/// Fields an exec accepts; its language is the session's.
-pub(crate) const EXEC_FIELDS: &[&str] = &["code", "stdin", "timeout_ms"];
 
 /// The session object every route returns.
 #[derive(Serialize, utoipa::ToSchema)]
@@ -115,7 +109,7 @@ pub struct ExecSession {
     post,
     path = "/v1/sessions",
     tag = "sessions",
-    request_body(content = crate::openapi::SessionRequest, content_type = "application/json"),
+    request_body(content = SessionRequest, content_type = "application/json"),
     responses(
         (status = 201, description = "Open and idle.", body = SessionView),
         (status = 202, description = "Still `starting`; poll `GET /v1/sessions/{id}`.", body = SessionView),
@@ -135,8 +129,8 @@ pub async fn create(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let body = json_body(&headers, body, state.config.limits.max_body_bytes())?;
-    let fields = validate::json_object(&body)?;
-    Ok(created(create_session(&state, &caller, &fields).await?))
+    let request = requests::parse::<SessionRequest>(&body)?;
+    Ok(created(create_session(&state, &caller, request).await?))
 }
 
 /// Lists the caller's live sessions.
@@ -207,7 +201,7 @@ pub async fn destroy(
     path = "/v1/sessions/{id}/exec",
     tag = "sessions",
     params(SessionId),
-    request_body(content = crate::openapi::ExecRequest, content_type = "application/json"),
+    request_body(content = ExecRequest, content_type = "application/json"),
     responses(
         (status = 200, description = "The exec's job, and the session after it. With `Accept: text/event-stream`: the exec's output as it is written, then its job object, as `GET /v1/jobs/{id}/events` streams them.", body = ExecView),
         (status = 202, description = "Still running after its timeout plus a margin; poll `GET /v1/jobs/{id}`.", body = crate::openapi::Accepted),
@@ -230,13 +224,13 @@ pub async fn exec(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let body = json_body(&headers, body, state.config.limits.max_body_bytes())?;
-    let fields = validate::json_object(&body)?;
+    let request = requests::parse::<ExecRequest>(&body)?;
     if wants_events(&headers) {
-        let Handed { job, timeout, .. } = send_exec(&state, &caller, &id, fields).await?;
+        let Handed { job, timeout, .. } = send_exec(&state, &caller, &id, request).await?;
         let deadline = tokio::time::Instant::now() + timeout + EXEC_MARGIN;
         return Ok(crate::events::events(state, job, None, Some(deadline)).into_response());
     }
-    match exec_in(&state, &caller, &id, fields).await? {
+    match exec_in(&state, &caller, &id, request).await? {
         Executed::Done(view) => Ok(Json(view).into_response()),
         Executed::Pending(job) => {
             let body = serde_json::json!({ "id": job, "status": Status::Running });
@@ -306,57 +300,27 @@ fn created(record: SessionRecord) -> Response {
     (code, Json(SessionView::from(record))).into_response()
 }
 
-/// Creates a session from a request's `fields` (language, idle_timeout_s,
-/// from_checkpoint) and waits for a worker to open it.
+/// Creates the session `request` asks for and waits for a worker to open it.
 pub(crate) async fn create_session(
     state: &AppState,
     caller: &Caller,
-    fields: &Map<String, Value>,
+    request: SessionRequest,
 ) -> Result<SessionRecord, ApiError> {
-    allow_only(fields, CREATE_FIELDS)?;
-    let checkpoint = match fields.get("from_checkpoint") {
-        None | Some(Value::Null) => None,
-        Some(Value::String(id)) => Some(id.clone()),
-        Some(_) => return Err(ApiError::InvalidField("from_checkpoint must be a checkpoint id".into())),
-    };
-    let asked = match fields.get("language") {
-        None | Some(Value::Null) => None,
-        Some(Value::String(name)) => Some(name.parse::<Language>().map_err(|e| ApiError::InvalidField(e.to_string()))?),
-        Some(_) => return Err(ApiError::InvalidField("language must be a string".into())),
-    };
-    let language = match &checkpoint {
+    let (asked, idle) = request.validate(&state.config.sessions)?;
+    let language = match &request.from_checkpoint {
         Some(id) => {
             let stored = owned_checkpoint(state, caller, id).await?;
             match asked {
                 Some(asked) if asked != stored => {
-                    return Err(ApiError::InvalidField(format!("checkpoint {id} is a {stored} session, not {asked}")));
+                    let message = format!("checkpoint {id} is a {stored} session, not {asked}");
+                    return Err(ApiError::invalid("language", message));
                 }
                 _ => stored,
             }
         }
-        None => asked.ok_or_else(|| ApiError::InvalidField("language is required: python or javascript".into()))?,
+        None => asked.ok_or_else(|| ApiError::invalid("language", "language is required: python or javascript"))?,
     };
-    if language == Language::Typescript {
-        return Err(ApiError::InvalidField(
-            "sessions run python or javascript: a TypeScript exec would need its types stripped inside the sandbox, \
-             which runbox does not do; run TypeScript as jobs"
-                .into(),
-        ));
-    }
-    let limits = state.config.sessions;
-    let idle = match fields.get("idle_timeout_s") {
-        None | Some(Value::Null) => limits.default_idle,
-        Some(value) => match validate::whole_number(value) {
-            Some(s) if (1..=limits.max_idle.as_secs()).contains(&s) => Duration::from_secs(s),
-            _ => {
-                return Err(ApiError::InvalidField(format!(
-                    "idle_timeout_s must be a whole number of seconds from 1 to {}",
-                    limits.max_idle.as_secs()
-                )));
-            }
-        },
-    };
-    new_session(state, caller, language, idle, checkpoint).await
+    new_session(state, caller, language, idle, request.from_checkpoint).await
 }
 
 /// Checkpoints session `id` and starts a new session from the checkpoint.
@@ -420,14 +384,14 @@ pub(crate) enum Executed {
     Pending(String),
 }
 
-/// Runs an exec (`fields`: code, stdin, timeout_ms) in session `id`.
+/// Runs the exec `request` asks for in session `id`.
 pub(crate) async fn exec_in(
     state: &AppState,
     caller: &Caller,
     id: &str,
-    fields: Map<String, Value>,
+    request: ExecRequest,
 ) -> Result<Executed, ApiError> {
-    let Ran { job, record, session, restored } = run_exec(state, caller, id, fields).await?;
+    let Ran { job, record, session, restored } = run_exec(state, caller, id, request).await?;
     let Some(record) = record else {
         return Ok(Executed::Pending(job));
     };
@@ -446,9 +410,9 @@ pub(crate) async fn exec_record(
     state: &AppState,
     caller: &Caller,
     id: &str,
-    fields: Map<String, Value>,
+    request: ExecRequest,
 ) -> Result<Option<JobRecord>, ApiError> {
-    Ok(run_exec(state, caller, id, fields).await?.record)
+    Ok(run_exec(state, caller, id, request).await?.record)
 }
 
 /// An exec sent and waited for: its job, its record unless it is still
@@ -461,8 +425,8 @@ struct Ran {
     restored: Option<String>,
 }
 
-async fn run_exec(state: &AppState, caller: &Caller, id: &str, fields: Map<String, Value>) -> Result<Ran, ApiError> {
-    let Handed { job, timeout, worker, session, restored } = send_exec(state, caller, id, fields).await?;
+async fn run_exec(state: &AppState, caller: &Caller, id: &str, request: ExecRequest) -> Result<Ran, ApiError> {
+    let Handed { job, timeout, worker, session, restored } = send_exec(state, caller, id, request).await?;
     let record = wait_on_worker(state, &job, &worker, timeout + EXEC_MARGIN).await?;
     Ok(Ran { job, record, session, restored })
 }
@@ -485,21 +449,9 @@ fn wants_events(headers: &HeaderMap) -> bool {
 }
 
 /// Checks an exec and hands it to the session's worker.
-async fn send_exec(
-    state: &AppState,
-    caller: &Caller,
-    id: &str,
-    mut fields: Map<String, Value>,
-) -> Result<Handed, ApiError> {
-    allow_only(&fields, EXEC_FIELDS)?;
+async fn send_exec(state: &AppState, caller: &Caller, id: &str, request: ExecRequest) -> Result<Handed, ApiError> {
     let (session, restored) = ready(state, caller, id).await?;
-    fields.insert("language".into(), Value::String(session.language.as_str().into()));
-    let mut spec = validate::job_spec_fields(&fields, &state.config.limits)?;
-    if session.language == Language::Javascript && !spec.stdin.is_empty() {
-        return Err(ApiError::InvalidField(
-            "stdin is not available in a JavaScript session: pass data in the code, or use a job".into(),
-        ));
-    }
+    let mut spec = request.validate(session.language, &state.config.limits)?;
     let timeout = state.config.limits.timeouts.for_job(spec.timeout_ms);
     spec.timeout_ms = Some(millis(timeout));
     spec.session = Some(SessionTask { id: id.to_owned(), op: SessionOp::Exec });
@@ -710,15 +662,6 @@ fn busy() -> ApiError {
 /// A session step of `language` for session `id`.
 fn step(language: Language, id: &str, op: SessionOp) -> JobSpec {
     JobSpec { session: Some(SessionTask { id: id.to_owned(), op }), ..JobSpec::new(language, "") }
-}
-
-fn allow_only(fields: &Map<String, Value>, allowed: &[&str]) -> Result<(), ApiError> {
-    match fields.keys().find(|k| !allowed.contains(&k.as_str())) {
-        Some(unknown) => {
-            Err(ApiError::UnknownField(format!("unknown field {unknown:?}; allowed: {}", allowed.join(", "))))
-        }
-        None => Ok(()),
-    }
 }
 
 fn millis(duration: Duration) -> u64 {

@@ -34,16 +34,17 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use base64::Engine;
-use runbox_common::{JobRecord, Language, Outcome, Status, Verdict};
+use runbox_common::{Compare, JobRecord, Language, Outcome, Status, Verdict};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
 use crate::AppState;
 use crate::auth::{Caller, bearer, identify};
+use crate::callbacks;
 use crate::config::MAX_WAIT_S;
 use crate::error::ApiError;
 use crate::jobs::{enqueue, owned, wait_for};
-use crate::{callbacks, validate};
+use crate::requests::{FieldError, Program};
 
 /// The Judge0 version this API answers as; the SDK picks its language
 /// table by it.
@@ -311,17 +312,18 @@ impl Judge0Error {
 
     /// A native validation error of the translated spec, charged to the
     /// Judge0 field it came from.
-    fn from_spec(e: ApiError) -> Judge0Error {
-        let field = match &e {
-            ApiError::TooLarge { code: "code_too_large", .. } => "source_code",
-            ApiError::TooLarge { code: "stdin_too_large", .. } => "stdin",
-            ApiError::TooLarge { code: "expected_stdout_too_large", .. } => "expected_output",
-            ApiError::InvalidField(m) if m.starts_with("code") => "source_code",
-            ApiError::InvalidField(m) if m.starts_with("args") => "command_line_arguments",
-            ApiError::InvalidField(_) | ApiError::TooLarge { .. } | ApiError::UnknownField(_) => "base",
-            _ => return Judge0Error::Api(e),
+    /// A native field's error as the Judge0 field it came from.
+    fn from_spec(e: FieldError) -> Judge0Error {
+        let field = match e.field.split(['.', '[']).next().unwrap_or_default() {
+            "code" => "source_code",
+            "stdin" => "stdin",
+            "expected_stdout" => "expected_output",
+            "args" => "command_line_arguments",
+            "memory_mb" => "memory_limit",
+            "timeout_ms" => "wall_time_limit",
+            _ => "base",
         };
-        Judge0Error::field(field, e.to_string())
+        Judge0Error::field(field, e.message)
     }
 }
 
@@ -667,11 +669,7 @@ fn is_set(fields: &Map<String, Value>, name: &str) -> bool {
 }
 
 /// A Judge0 submission turned into native job fields, and the note to keep.
-pub fn translate(
-    fields: &Map<String, Value>,
-    base64: bool,
-    limits: Limits,
-) -> Result<(Map<String, Value>, Note), Judge0Error> {
+pub fn translate(fields: &Map<String, Value>, base64: bool, limits: Limits) -> Result<(Program, Note), Judge0Error> {
     let mut problems = Problems::default();
     let source_code = text_field(fields, "source_code", base64, &mut problems);
     let stdin = text_field(fields, "stdin", base64, &mut problems);
@@ -736,6 +734,14 @@ pub fn translate(
             None
         }
     };
+    let callback_url = match fields.get("callback_url") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(url)) => Some(url.clone()),
+        Some(_) => {
+            p.add("callback_url", "must be a string");
+            None
+        }
+    };
     let (Some(language), Some(source_code), true) = (language, source_code, problems.0.is_empty()) else {
         return Err(Judge0Error::Invalid(problems.0));
     };
@@ -745,22 +751,21 @@ pub fn translate(
     let max_ms = (limits.max_time * 1000.0) as u64;
     let timeout_ms = ((timeout_s * 1000.0).round() as u64).clamp(1, max_ms.max(1));
     // Judge0 hands the arguments to a shell; runbox splits them on spaces.
-    let args: Vec<&str> = command_line_arguments.as_deref().unwrap_or("").split_whitespace().collect();
+    let args: Vec<String> =
+        command_line_arguments.as_deref().unwrap_or("").split_whitespace().map(str::to_owned).collect();
 
-    let mut job = Map::new();
-    job.insert("language".into(), json!(language.language.as_str()));
-    job.insert("code".into(), json!(source_code));
-    job.insert("stdin".into(), json!(stdin.clone().unwrap_or_default()));
-    job.insert("timeout_ms".into(), json!(timeout_ms));
-    // A lower memory limit becomes the job's own cap; the workers' holds otherwise.
-    if memory_limit < limits.memory_kb {
-        job.insert("memory_mb".into(), json!(memory_limit.div_ceil(1024)));
-    }
-    job.insert("args".into(), json!(args));
-    if let Some(expected) = &expected_output {
-        job.insert("expected_stdout".into(), json!(expected));
-        job.insert("compare".into(), json!("trim"));
-    }
+    let job = Program {
+        language: Some(language.language),
+        code: Some(source_code.clone()),
+        stdin: stdin.clone(),
+        timeout_ms: Some(timeout_ms),
+        // A lower memory limit becomes the job's own cap; the workers' holds otherwise.
+        memory_mb: (memory_limit < limits.memory_kb).then(|| memory_limit.div_ceil(1024)),
+        args: Some(args),
+        expected_stdout: expected_output.clone(),
+        compare: expected_output.is_some().then_some(Compare::Trim),
+        ..Program::default()
+    };
     let flag = |name: &str| fields.get(name).and_then(Value::as_bool).unwrap_or(false);
     let note = Note {
         api: "judge0".into(),
@@ -778,7 +783,7 @@ pub fn translate(
         enable_per_process_and_thread_time_limit: flag("enable_per_process_and_thread_time_limit"),
         enable_per_process_and_thread_memory_limit: flag("enable_per_process_and_thread_memory_limit"),
         max_file_size,
-        callback_url: fields.get("callback_url").and_then(Value::as_str).map(str::to_owned),
+        callback_url,
     };
     Ok((job, note))
 }
@@ -808,9 +813,10 @@ async fn submit(
     limits: Limits,
 ) -> Result<String, Judge0Error> {
     let (job, note) = translate(fields, base64, limits)?;
-    let spec = validate::job_spec_fields(&job, &state.config.limits).map_err(Judge0Error::from_spec)?;
-    let callback = callbacks::check_url(state, &caller.0, fields.get("callback_url")).await.map_err(|e| match e {
-        ApiError::InvalidField(message) => Judge0Error::field("callback_url", message),
+    let spec = job.validate(&state.config.limits).map_err(Judge0Error::from_spec)?;
+    let callback_url = note.callback_url.clone();
+    let callback = callbacks::check_url(state, &caller.0, callback_url).await.map_err(|e| match e {
+        ApiError::Field(error) => Judge0Error::field("callback_url", error.message),
         other => Judge0Error::Api(other),
     })?;
     let note = serde_json::to_string(&note).map_err(|e| ApiError::InvalidJson(e.to_string()))?;
@@ -1085,7 +1091,7 @@ mod tests {
         let bytes = axum::body::to_bytes(response.into_body(), 1 << 16).await.expect("body");
         let body: Value = serde_json::from_slice(&bytes).expect("json");
         assert!(body["error"].as_str().is_some_and(|m| m.contains("queue is full")), "{body}");
-        let spec_error = ApiError::TooLarge { code: "stdin_too_large", message: "stdin is too large".into() };
+        let spec_error = FieldError::too_large("stdin", "stdin_too_large", "stdin is too large");
         match Judge0Error::from_spec(spec_error) {
             Judge0Error::Invalid(errors) => assert_eq!(errors["stdin"], ["stdin is too large"]),
             other => panic!("{other:?}"),
@@ -1144,7 +1150,7 @@ mod tests {
         Limits { default_time: 10.0, max_time: 60.0, memory_kb: 262_144 }
     }
 
-    fn translated(body: Value, base64: bool) -> Result<(Map<String, Value>, Note), Judge0Error> {
+    fn translated(body: Value, base64: bool) -> Result<(Program, Note), Judge0Error> {
         let Value::Object(fields) = body else { panic!("an object") };
         translate(&fields, base64, limits())
     }
@@ -1158,19 +1164,19 @@ mod tests {
             true,
         )
         .expect("valid");
-        assert_eq!(job["language"], json!("python"));
-        assert_eq!(job["code"], json!("print(1)"));
-        assert_eq!(job["stdin"], json!("x"));
-        assert_eq!(job["expected_stdout"], json!("1"));
-        assert_eq!(job["compare"], json!("trim"));
-        assert_eq!(job["timeout_ms"], json!(2000));
-        assert_eq!(job["args"], json!(["a", "b"]));
+        assert_eq!(job.language, Some(Language::Python));
+        assert_eq!(job.code.as_deref(), Some("print(1)"));
+        assert_eq!(job.stdin.as_deref(), Some("x"));
+        assert_eq!(job.expected_stdout.as_deref(), Some("1"));
+        assert_eq!(job.compare, Some(Compare::Trim));
+        assert_eq!(job.timeout_ms, Some(2000));
+        assert_eq!(job.args, Some(vec!["a".to_owned(), "b".to_owned()]));
         assert_eq!(note.wall_time_limit, 60.0, "clamped to runbox's maximum");
         assert_eq!(note.memory_limit, 262_144, "clamped to the workers' cap");
         let (job, _) =
             translated(json!({"source_code": "1", "language_id": 63, "wall_time_limit": 1.5}), false).expect("valid");
-        assert_eq!(job["timeout_ms"], json!(1500));
-        assert!(job.get("expected_stdout").is_none());
+        assert_eq!(job.timeout_ms, Some(1500));
+        assert!(job.expected_stdout.is_none());
     }
 
     #[test]

@@ -26,14 +26,14 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use base64::Engine;
-use runbox_common::{JobRecord, Language, Status};
+use runbox_common::{FileEncoding, JobRecord, Language, Status};
 use serde_json::{Map, Value, json};
 
 use crate::AppState;
 use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::jobs::{enqueue, owned, wait_for};
-use crate::validate;
+use crate::requests::{FileRequest, Program};
 
 /// Where the API is mounted; the segment after it is the token, unless it
 /// is `api` (then a bearer header must carry the token).
@@ -187,12 +187,9 @@ async fn runtimes() -> Json<Value> {
     )
 }
 
-/// What an execute request becomes: native job fields, and the runtime
+/// What an execute request becomes: a native program, and the runtime
 /// to name in the answer.
-pub fn translate(
-    body: &Map<String, Value>,
-    max_timeout_ms: u64,
-) -> Result<(Map<String, Value>, &'static Runtime), PistonError> {
+pub fn translate(body: &Map<String, Value>, max_timeout_ms: u64) -> Result<(Program, &'static Runtime), PistonError> {
     let bad = |m: &str| PistonError::BadRequest(m.to_owned());
     let language =
         body.get("language").and_then(Value::as_str).ok_or_else(|| bad("language is required as a string"))?;
@@ -235,7 +232,8 @@ pub fn translate(
             Some(name) if !name.is_empty() => name.to_owned(),
             _ => format!("file{index}.code"),
         };
-        inputs.push(json!({ "path": name, "content": content, "encoding": encoding }));
+        let encoding = if encoding == "utf8" { FileEncoding::Utf8 } else { FileEncoding::Base64 };
+        inputs.push(FileRequest { path: Some(name), content: Some(content), encoding: Some(encoding) });
     }
     let stdin = match body.get("stdin") {
         None | Some(Value::Null) => String::new(),
@@ -264,17 +262,15 @@ pub fn translate(
             None => return Err(bad("run_timeout must be a number")),
         },
     };
-    let mut job = Map::new();
-    job.insert("language".into(), json!(runtime.runs_as.as_str()));
-    job.insert("code".into(), json!(code.unwrap_or_default()));
-    job.insert("stdin".into(), json!(stdin));
-    job.insert("args".into(), json!(args));
-    if let Some(ms) = timeout_ms {
-        job.insert("timeout_ms".into(), json!(ms));
-    }
-    if !inputs.is_empty() {
-        job.insert("files".into(), Value::Array(inputs));
-    }
+    let job = Program {
+        language: Some(runtime.runs_as),
+        code: Some(code.unwrap_or_default()),
+        stdin: Some(stdin),
+        args: Some(args),
+        timeout_ms,
+        files: (!inputs.is_empty()).then_some(inputs),
+        ..Program::default()
+    };
     Ok((job, runtime))
 }
 
@@ -362,7 +358,7 @@ async fn execute(
         _ => return Err(PistonError::BadRequest("the body must be a JSON object".into())),
     };
     let (job, runtime) = translate(&fields, state.config.limits.timeouts.max_ms())?;
-    let spec = validate::job_spec_fields(&job, &state.config.limits)?;
+    let spec = job.validate(&state.config.limits).map_err(ApiError::Field)?;
     let id = enqueue(&state, &caller, &spec, None, None, None, None).await?.id;
     let timeout = Duration::from_millis(spec.timeout_ms.unwrap_or(state.config.limits.timeouts.default_ms()));
     let record = owned(wait_for(&state, &id, timeout + QUEUE_GRACE).await?, &caller)?;
@@ -438,21 +434,25 @@ mod tests {
         )
         .expect("valid");
         assert_eq!(runtime.language, "javascript");
-        assert_eq!(job["code"], json!("console.log(1)"));
-        assert_eq!(job["args"], json!(["1", "2"]));
-        assert_eq!(job["timeout_ms"], json!(60_000), "clamped to the maximum");
+        assert_eq!(job.code.as_deref(), Some("console.log(1)"));
+        assert_eq!(job.args, Some(vec!["1".to_owned(), "2".to_owned()]));
+        assert_eq!(job.timeout_ms, Some(60_000), "clamped to the maximum");
+        let file = |path: &str, content: &str, encoding| FileRequest {
+            path: Some(path.into()),
+            content: Some(content.into()),
+            encoding: Some(encoding),
+        };
         assert_eq!(
-            job["files"],
-            json!([{"path": "a.bin", "content": "AP8=", "encoding": "base64"},
-                   {"path": "file2.code", "content": "text", "encoding": "utf8"}])
+            job.files,
+            Some(vec![file("a.bin", "AP8=", FileEncoding::Base64), file("file2.code", "text", FileEncoding::Utf8)])
         );
         let (job, _) = translate(
             &body(json!({"language": "python", "version": "3", "run_timeout": -1, "files": [{"content": "cHJpbnQoMSk=", "encoding": "base64"}]})),
             60_000,
         )
         .expect("valid");
-        assert_eq!(job["code"], json!("print(1)"));
-        assert!(job.get("timeout_ms").is_none(), "-1 is the default");
+        assert_eq!(job.code.as_deref(), Some("print(1)"));
+        assert!(job.timeout_ms.is_none(), "-1 is the default");
     }
 
     #[test]

@@ -42,7 +42,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::{Json, Router};
 use base64::Engine;
-use runbox_common::{InputFile, JobRecord, Language, Outcome, Status, now_rfc3339};
+use runbox_common::{FileEncoding, InputFile, JobRecord, Language, Outcome, Status, now_rfc3339};
 use serde::Serialize;
 use serde_json::{Map, Value, json};
 use tokio::time::Instant;
@@ -51,7 +51,8 @@ use crate::AppState;
 use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::jobs::{enqueue, owned, wait_for};
-use crate::{sessions, validate};
+use crate::requests::{ExecRequest, FilePath, FileRequest, MAX_MEMORY_MB, Program, ReturnFilesRequest, SessionRequest};
+use crate::sessions;
 
 /// Where the API is mounted; the segment after it is the token, unless it
 /// is the route itself (then a bearer header must carry the token).
@@ -265,15 +266,15 @@ impl RunCodeResponse {
     }
 }
 
-/// What a `run_code` request becomes: the native job's fields, or the
+/// What a `run_code` request becomes: the native program, or the
 /// refusal of a language runbox does not run.
 #[derive(Debug)]
 pub enum Translated {
-    Job(Map<String, Value>),
+    Job(Box<Program>),
     Unsupported(String),
 }
 
-/// Translates a `run_code` body into native job fields. Fields runbox has
+/// Translates a `run_code` body into a native program. Fields runbox has
 /// no use for (`compile_timeout`, and any SandboxFusion adds) are accepted
 /// and ignored, as SandboxFusion's server ignores fields it does not know.
 pub fn translate(body: &Map<String, Value>, max_timeout_ms: u64) -> Result<Translated, FusionError> {
@@ -303,13 +304,16 @@ pub fn translate(body: &Map<String, Value>, max_timeout_ms: u64) -> Result<Trans
         )));
     };
 
-    let mut inputs: Vec<Value> = files
-        .into_iter()
-        .map(|(path, content)| json!({"path": path, "content": content, "encoding": "base64"}))
-        .collect();
+    let file = |path: String, content: String, encoding| FileRequest {
+        path: Some(path),
+        content: Some(content),
+        encoding: Some(encoding),
+    };
+    let mut inputs: Vec<FileRequest> =
+        files.into_iter().map(|(path, content)| file(path, content, FileEncoding::Base64)).collect();
     let code = match mode {
         Mode::Pytest => {
-            inputs.push(json!({"path": PYTEST_FILE, "content": code, "encoding": "utf8"}));
+            inputs.push(file(PYTEST_FILE.to_owned(), code, FileEncoding::Utf8));
             PYTEST_PROGRAM.to_owned()
         }
         Mode::Nodejs => with_node_prelude(&code),
@@ -319,23 +323,20 @@ pub fn translate(body: &Map<String, Value>, max_timeout_ms: u64) -> Result<Trans
         Mode::Typescript if code.trim().is_empty() => "// the request's code was empty\n".to_owned(),
         _ => code,
     };
-    let mut job = Map::new();
-    job.insert("language".into(), json!(mode.language().as_str()));
-    job.insert("code".into(), json!(code));
-    job.insert("stdin".into(), json!(stdin));
-    job.insert("timeout_ms".into(), json!(timeout_ms));
-    if let Some(memory_mb) = memory_mb {
-        job.insert("memory_mb".into(), json!(memory_mb));
-    }
-    if !inputs.is_empty() {
-        job.insert("files".into(), Value::Array(inputs));
-    }
     // A JavaScript or TypeScript program cannot write files, so there is
     // nothing for it to fetch: its answer has no files.
-    if mode.language() == Language::Python && !fetch_files.is_empty() {
-        job.insert("return_files".into(), json!(fetch_files));
-    }
-    Ok(Translated::Job(job))
+    let return_files = (mode.language() == Language::Python && !fetch_files.is_empty())
+        .then(|| ReturnFilesRequest::Paths(fetch_files.into_iter().map(FilePath).collect()));
+    Ok(Translated::Job(Box::new(Program {
+        language: Some(mode.language()),
+        code: Some(code),
+        stdin: Some(stdin),
+        timeout_ms: Some(timeout_ms),
+        memory_mb,
+        files: (!inputs.is_empty()).then_some(inputs),
+        return_files,
+        ..Program::default()
+    })))
 }
 
 /// `code` with [`NODE_PRELUDE`] on its first line, or on its second when
@@ -369,9 +370,7 @@ fn memory_limit_mb(value: Option<&Value>) -> Result<Option<u64>, FusionError> {
     match value {
         None | Some(Value::Null) => Ok(None),
         Some(value) => match value.as_f64() {
-            Some(mb) if mb.is_finite() && mb >= 1.0 => {
-                Ok(Some((mb.floor() as u64).min(u64::from(crate::validate::MAX_MEMORY_MB))))
-            }
+            Some(mb) if mb.is_finite() && mb >= 1.0 => Ok(Some((mb.floor() as u64).min(u64::from(MAX_MEMORY_MB)))),
             Some(mb) if mb.is_finite() => Ok(None),
             _ => Err(field_error("memory_limit_MB", "memory_limit_MB must be a number of megabytes")),
         },
@@ -533,7 +532,7 @@ async fn run_code(
         Translated::Job(job) => job,
         Translated::Unsupported(message) => return Ok(Json(RunCodeResponse::sandbox_error(message))),
     };
-    let spec = validate::job_spec_fields(&job, &state.config.limits)?;
+    let spec = job.validate(&state.config.limits).map_err(ApiError::Field)?;
     let id = enqueue(&state, &caller, &spec, None, None, None, None).await?.id;
     let timeout = Duration::from_millis(spec.timeout_ms.unwrap_or(state.config.limits.timeouts.default_ms()));
     let record = owned(wait_for(&state, &id, timeout + QUEUE_GRACE).await?, &caller)?;
@@ -645,9 +644,8 @@ async fn run_jupyter(
         }
         .into());
     }
-    let mut create = Map::new();
-    create.insert("language".into(), json!("python"));
-    let session = sessions::create_session(&state, &caller, &create).await?;
+    let create = SessionRequest { language: Some(Language::Python), ..SessionRequest::default() };
+    let session = sessions::create_session(&state, &caller, create).await?;
     let answer = notebook(&state, &caller, &session.id, &request).await;
     // The session is the request's alone: it ends here, whatever happened.
     if let Err(e) = sessions::destroy_session(&state, &caller, &session.id).await {
@@ -667,11 +665,12 @@ async fn step(
     step: Value,
     timeout: Duration,
 ) -> Result<Result<JobRecord, String>, ApiError> {
-    let mut fields = Map::new();
-    fields.insert("code".into(), json!(JUPYTER_STEP));
-    fields.insert("stdin".into(), json!(step.to_string()));
-    fields.insert("timeout_ms".into(), json!(u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX).max(1)));
-    Ok(match sessions::exec_record(state, caller, session, fields).await? {
+    let exec = ExecRequest {
+        code: Some(JUPYTER_STEP.to_owned()),
+        stdin: Some(step.to_string()),
+        timeout_ms: Some(u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX).max(1)),
+    };
+    Ok(match sessions::exec_record(state, caller, session, exec).await? {
         Some(record) if record.status.is_final() => Ok(record),
         _ => Err("the notebook's session stopped answering".into()),
     })
@@ -820,9 +819,9 @@ mod tests {
         }
     }
 
-    fn job(value: Value) -> Map<String, Value> {
+    fn job(value: Value) -> Program {
         match translate(&body(value), 60_000).expect("valid") {
-            Translated::Job(job) => job,
+            Translated::Job(job) => *job,
             Translated::Unsupported(message) => panic!("refused: {message}"),
         }
     }
@@ -846,38 +845,48 @@ mod tests {
         let job = job(json!({"code": "print(1)", "language": "python", "stdin": null, "run_timeout": 2.5,
                              "compile_timeout": 10, "memory_limit_MB": 512, "unknown_field": [1],
                              "files": {"a/in.txt": "aGk=", "skipped": null}, "fetch_files": ["out.txt", "out.txt"]}));
-        assert_eq!(job["language"], json!("python"));
-        assert_eq!(job["timeout_ms"], json!(2500));
-        assert_eq!(job["stdin"], json!(""));
-        assert_eq!(job["files"], json!([{"path": "a/in.txt", "content": "aGk=", "encoding": "base64"}]));
-        assert_eq!(job["return_files"], json!(["out.txt"]));
-        let spec = validate::job_spec_fields(&job, &crate::ApiLimits::default()).expect("a valid job");
+        assert_eq!(job.language, Some(Language::Python));
+        assert_eq!(job.timeout_ms, Some(2500));
+        assert_eq!(job.stdin.as_deref(), Some(""));
+        let file = FileRequest {
+            path: Some("a/in.txt".into()),
+            content: Some("aGk=".into()),
+            encoding: Some(FileEncoding::Base64),
+        };
+        assert_eq!(job.files, Some(vec![file]));
+        assert_eq!(job.return_files, Some(ReturnFilesRequest::Paths(vec![FilePath("out.txt".into())])));
+        let spec = job.validate(&crate::ApiLimits::default()).expect("a valid job");
         assert_eq!(spec.files.len(), 1);
     }
 
     #[test]
     fn timeouts_default_and_clamp_like_sandbox_fusion() {
-        assert_eq!(job(json!({"code": "1", "language": "nodejs"}))["timeout_ms"], json!(10_000));
-        assert_eq!(job(json!({"code": "1", "language": "nodejs", "run_timeout": 9999}))["timeout_ms"], json!(60_000));
-        assert_eq!(job(json!({"code": "1", "language": "typescript", "run_timeout": 0.0001}))["timeout_ms"], json!(1));
+        assert_eq!(job(json!({"code": "1", "language": "nodejs"})).timeout_ms, Some(10_000));
+        assert_eq!(job(json!({"code": "1", "language": "nodejs", "run_timeout": 9999})).timeout_ms, Some(60_000));
+        assert_eq!(job(json!({"code": "1", "language": "typescript", "run_timeout": 0.0001})).timeout_ms, Some(1));
     }
 
     #[test]
     fn pytest_runs_the_code_as_a_test_file() {
         let job = job(json!({"code": "def test_x(): pass", "language": "pytest"}));
-        assert_eq!(job["language"], json!("python"));
-        assert_eq!(job["code"], json!(PYTEST_PROGRAM));
-        assert_eq!(job["files"], json!([{"path": PYTEST_FILE, "content": "def test_x(): pass", "encoding": "utf8"}]));
+        assert_eq!(job.language, Some(Language::Python));
+        assert_eq!(job.code.as_deref(), Some(PYTEST_PROGRAM));
+        let file = FileRequest {
+            path: Some(PYTEST_FILE.into()),
+            content: Some("def test_x(): pass".into()),
+            encoding: Some(FileEncoding::Utf8),
+        };
+        assert_eq!(job.files, Some(vec![file]));
         assert!(PYTEST_PROGRAM.contains(PYTEST_FILE), "the program runs the file the code is written to");
     }
 
     #[test]
     fn javascript_fetches_nothing_and_empty_code_still_runs() {
         let js = job(json!({"code": "  ", "language": "nodejs", "fetch_files": ["x"]}));
-        assert_eq!(js["language"], json!("javascript"));
-        assert!(js["code"].as_str().is_some_and(|c| c.starts_with(NODE_PRELUDE)));
-        assert!(js.get("return_files").is_none());
-        assert!(validate::job_spec_fields(&js, &crate::ApiLimits::default()).is_ok(), "empty code is a no-op");
+        assert_eq!(js.language, Some(Language::Javascript));
+        assert!(js.code.as_deref().is_some_and(|c| c.starts_with(NODE_PRELUDE)));
+        assert!(js.return_files.is_none());
+        assert!(js.validate(&crate::ApiLimits::default()).is_ok(), "empty code is a no-op");
     }
 
     #[test]
@@ -887,7 +896,7 @@ mod tests {
         assert_eq!(with_node_prelude("#!/usr/bin/env node\nb"), format!("#!/usr/bin/env node\n{NODE_PRELUDE}b"));
         assert_eq!(with_node_prelude("#!node"), "#!node");
         let ts = job(json!({"code": "let x: number = 1", "language": "typescript"}));
-        assert_eq!(ts["code"], json!("let x: number = 1"), "TypeScript runs as written");
+        assert_eq!(ts.code.as_deref(), Some("let x: number = 1"), "TypeScript runs as written");
     }
 
     #[test]
@@ -1036,7 +1045,7 @@ mod tests {
             detail,
             json!({"detail": [{"loc": ["body", "code"], "msg": "field required", "type": "value_error"}]})
         );
-        let (status, detail) = answer(ApiError::InvalidField("code is too odd".into()).into()).await;
+        let (status, detail) = answer(ApiError::invalid("code", "code is too odd").into()).await;
         assert_eq!((status, detail), (StatusCode::UNPROCESSABLE_ENTITY, json!({"detail": "code is too odd"})));
         assert_eq!(answer(ApiError::Unauthorized.into()).await.0, StatusCode::UNAUTHORIZED);
         assert_eq!(answer(ApiError::QueueFull.into()).await.0, StatusCode::SERVICE_UNAVAILABLE);
