@@ -74,8 +74,12 @@ impl Worker {
         let end = self.stopping.child_token();
         self.sessions.lock().insert(task.id.clone(), Held { tasks: sender, end: end.clone() });
         self.count_sessions();
-        let ready = self.queue.session_ready(&task.id, &self.config.name, checkpoint.as_deref()).await;
-        if !matches!(ready, Ok(true)) {
+        // Retried while Redis is away, not taken for a session that ended:
+        // the session is waiting for this mark. (A retry after a mark whose
+        // reply was lost reads "not waiting" and fails the start, as the
+        // lost reply itself did.)
+        let ready = || self.queue.session_ready(&task.id, &self.config.name, checkpoint.as_deref());
+        if self.until_written("mark the session ready", ready).await != Some(true) {
             self.sessions.lock().remove(&task.id);
             self.count_sessions();
             return (failed("the session ended before it could start".into()), None);
@@ -157,8 +161,10 @@ impl Worker {
 
     /// Runs one exec; false when the session was lost.
     async fn session_exec(&self, s: &mut Opened, claimed: &Claimed, spec: &JobSpec) -> bool {
-        if !matches!(self.queue.start(claimed, &self.config.name, &now_rfc3339()).await, Ok(Some(_))) {
-            // Cancelled before it began: the session is untouched.
+        let start = || async move { self.queue.start(claimed, &self.config.name, &now_rfc3339()).await };
+        if !matches!(self.until_written("mark the exec running", start).await, Some(Some(_))) {
+            // Cancelled before it began (or the worker is killed before
+            // Redis took the mark): the session is untouched.
             self.mark_idle(s, 0, None).await;
             let cancelled = Outcome { status: Status::Cancelled, ..Outcome::internal_error("") };
             self.finish(claimed, &Ran::without_child(cancelled)).await;
@@ -311,11 +317,14 @@ impl Worker {
         self.metrics.sessions.set(i64::try_from(self.sessions.count()).unwrap_or(i64::MAX));
     }
 
+    /// Records that session `s` ended here, retrying until Redis takes it:
+    /// a session still recorded idle on this worker would send its next
+    /// exec to a worker that no longer holds it. The write ends only a
+    /// session not ended yet, so a retry is harmless.
     async fn end_session(&self, s: &Opened, status: SessionStatus, reason: &str) {
         let ttl = self.config.shared.result_ttl;
-        if let Err(e) = self.queue.end_session(&s.id, &s.owner, status, reason, ttl, Some(&self.config.name)).await {
-            warn!(error = %e, "could not record the session's end");
-        }
+        let end = || self.queue.end_session(&s.id, &s.owner, status, reason, ttl, Some(&self.config.name));
+        self.until_written("record the session's end", end).await;
     }
 
     /// Routes session task `id` from the inbox: a destroy ends its session
