@@ -3,23 +3,35 @@
 //!
 //! # Layout
 //!
+//! From the bottom up; each module uses only modules listed above it.
+//!
 //! - [`sandbox`]: builds, runs and reaps one Deno child per job, and
-//!   enforces the time, memory and output limits.
-//! - `service`: the queue side: claim, verify, run, write back, reclaim
-//!   from dead workers, cancel, drain on shutdown.
-//! - `sessions`: the sessions this worker holds, and the inbox their execs,
-//!   checkpoints and destroys arrive through.
+//!   enforces the time, memory and output limits. It knows nothing of Redis.
+//! - `config`: settings, read from the environment once.
+//! - `metrics`: every metric the worker exports.
+//! - `backoff`: how long to wait before trying Redis again.
 //! - `live`: sends each running job's output to Redis as it is written,
 //!   for live subscribers.
-//! - `metrics`: every metric the worker exports.
-//! - `config`: settings, read from the environment once.
+//! - `held_sessions`: the sessions this worker holds (where each one's
+//!   tasks go, how to end it) and the spare session children booted ahead.
+//! - `worker`: the `Worker` handle every job and session task runs with,
+//!   and the Redis writes both make: a job's result, and the retry of any
+//!   write that must not be lost (`Worker::until_written`).
+//! - `sessions`: opens, serves and ends sessions, and reads the inbox their
+//!   execs, checkpoints and destroys arrive through.
+//! - `service`: the queue side: claim, verify, run, write back, reclaim
+//!   from dead workers, heartbeat, cancel, drain on shutdown; it starts the
+//!   sessions' inbox.
 
+mod backoff;
 mod config;
+mod held_sessions;
 mod live;
 mod metrics;
 pub mod sandbox;
 mod service;
 mod sessions;
+mod worker;
 
 use std::future::Future;
 use std::sync::Arc;

@@ -11,9 +11,8 @@
 //! and retried with backoff, and a result that cannot be written is retried
 //! until it can, or left pending for another worker.
 
-use std::collections::HashMap;
 use std::future::Future;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
@@ -23,11 +22,14 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{Instrument, info, info_span, warn};
 
+use crate::backoff::Backoff;
+use crate::config::WorkerConfig;
+use crate::held_sessions::Sessions;
 use crate::live::Forwarder;
 use crate::metrics::Metrics;
-use crate::sandbox::Runner;
-use crate::sessions::{self, Opened, Sessions};
-use crate::{Sandbox, WorkerConfig};
+use crate::sandbox::{Runner, Sandbox};
+use crate::sessions::{self, Opened};
+use crate::worker::{Ran, RunningJob, Worker};
 
 /// How long one claim blocks in Redis; also the longest SIGTERM waits for it.
 const CLAIM_BLOCK: Duration = Duration::from_secs(1);
@@ -37,31 +39,6 @@ const RECLAIM_EVERY: Duration = Duration::from_secs(2);
 /// entry idle for `RUNBOX_RECLAIM_IDLE_MS` belongs to a dead worker): the
 /// contract's one interval, from which every liveness threshold follows.
 pub use runbox_common::HEARTBEAT_EVERY;
-
-/// The jobs this worker holds, by id: their stream entries, kept claimed
-/// on every heartbeat, and how to kill their children on a cancel.
-type Running = Arc<Mutex<HashMap<String, RunningJob>>>;
-
-pub(crate) struct RunningJob {
-    /// The owner stream and the entry id in it; none for a session's exec,
-    /// which has no stream entry.
-    pub(crate) entry: Option<(String, String)>,
-    pub(crate) cancel: CancellationToken,
-}
-
-pub(crate) struct Worker {
-    pub(crate) config: WorkerConfig,
-    pub(crate) runner: Runner,
-    pub(crate) queue: Queue,
-    pub(crate) metrics: Arc<Metrics>,
-    pub(crate) running: Running,
-    /// The sessions this worker holds.
-    pub(crate) sessions: Sessions,
-    /// Cancelled on shutdown: no new jobs, and sessions end.
-    pub(crate) stopping: CancellationToken,
-    /// Cancelled when the shutdown grace has passed: kills what still runs.
-    pub(crate) kill: CancellationToken,
-}
 
 /// Runs the worker until `shutdown` resolves, then drains: no new claims,
 /// running jobs get `shutdown_grace` to finish, and what is still running
@@ -210,10 +187,9 @@ impl Worker {
         let span = info_span!("job", id = %entry.id, language = tracing::field::Empty, status = tracing::field::Empty, duration_ms = tracing::field::Empty);
         async move {
             let _permit = permit;
-            if let Some(mut ran) = self.run_entry(&entry).await {
+            if let Some((ran, session)) = self.run_entry(&entry).await {
                 tracing::Span::current().record("status", ran.outcome.status.as_str());
                 tracing::Span::current().record("duration_ms", ran.outcome.duration_ms);
-                let session = ran.session.take();
                 self.finish(&entry, &ran).await;
                 info!("job finished");
                 // A session's start job keeps its slot for the session's life.
@@ -226,14 +202,15 @@ impl Worker {
         .await;
     }
 
-    /// Runs one claimed entry. None means it must be left pending: the
-    /// worker is shutting down and the job was killed half-way.
-    async fn run_entry(&self, entry: &Claimed) -> Option<Ran> {
+    /// Runs one claimed entry; with the session a start job opened, to
+    /// serve once the job is answered. None means it must be left pending:
+    /// the worker is shutting down and the job was killed half-way.
+    async fn run_entry(&self, entry: &Claimed) -> Option<(Ran, Option<Opened>)> {
         // A job that never reached a child still counts among the finished:
         // its language is not known (its spec was not read), so it is "unknown".
         let unrun = |outcome: Outcome| {
             self.metrics.jobs_finished.with_label_values(&["unknown", outcome.status.as_str()]).inc();
-            Some(Ran::without_child(outcome))
+            Some((Ran::without_child(outcome), None))
         };
         if entry.deliveries > self.config.max_deliveries {
             warn!(deliveries = entry.deliveries, "job was delivered too often; its workers keep dying");
@@ -266,7 +243,7 @@ impl Worker {
         if self.kill.is_cancelled() {
             return None;
         }
-        if let Some(ran) = &ran {
+        if let Some((ran, _)) = &ran {
             let language = [spec.language.as_str()];
             self.metrics.jobs_finished.with_label_values(&[language[0], ran.outcome.status.as_str()]).inc();
             if let Some(verdict) = ran.outcome.verdict {
@@ -286,19 +263,25 @@ impl Worker {
         ran
     }
 
-    async fn start_and_run(&self, entry: &Claimed, spec: &JobSpec, cancel: &CancellationToken) -> Option<Ran> {
+    async fn start_and_run(
+        &self,
+        entry: &Claimed,
+        spec: &JobSpec,
+        cancel: &CancellationToken,
+    ) -> Option<(Ran, Option<Opened>)> {
         let start = || async move { self.queue.start(entry, &self.config.name, &now_rfc3339()).await };
         match self.until_written("mark the job running", start).await? {
             Some(waited) => self.metrics.queue_wait.observe(waited.as_secs_f64()),
             // Cancelled or finished meanwhile: the result write below is
             // a no-op for a finished job and records a pending cancel.
             None => {
-                return Some(Ran::without_child(Outcome { status: Status::Cancelled, ..Outcome::internal_error("") }));
+                let cancelled = Outcome { status: Status::Cancelled, ..Outcome::internal_error("") };
+                return Some((Ran::without_child(cancelled), None));
             }
         }
         if let Some(task) = &spec.session {
             let (outcome, session) = self.open_session(spec, task).await;
-            return Some(Ran { session, ..Ran::without_child(outcome) });
+            return Some((Ran::without_child(outcome), session));
         }
         self.metrics.busy_slots.inc();
         let timeout = self.runner.sandbox().limits.timeout_for(spec);
@@ -306,61 +289,7 @@ impl Worker {
         let report = self.runner.run_live(spec, cancel, live.live()).await;
         live.finish().await;
         self.metrics.busy_slots.dec();
-        Some(Ran { outcome: report.outcome, boot: report.boot, ended_ms: now_unix_ms(), session: None })
-    }
-
-    /// Writes the result, retrying while Redis is away. If it never gets
-    /// through (shutdown first), the entry stays pending and another worker
-    /// runs the job again: at least once, never lost.
-    pub(crate) async fn finish(&self, entry: &Claimed, ran: &Ran) {
-        let ttl = self.config.shared.result_ttl;
-        let write =
-            || async move { self.queue.finish(entry, &ran.outcome, &now_rfc3339(), ttl, ran.boot, ran.ended_ms).await };
-        if let Some(write_back) = self.until_written("write the result", write).await {
-            self.metrics.write_back.observe(write_back.as_secs_f64());
-        }
-    }
-
-    /// Runs the Redis write `op` until it succeeds, retrying with backoff
-    /// and counting each failure in `redis_errors` (`what` names it in the
-    /// log); None once the worker is killed, which ends the job anyway.
-    pub(crate) async fn until_written<T, F, Fut>(&self, what: &str, mut op: F) -> Option<T>
-    where
-        F: FnMut() -> Fut,
-        Fut: Future<Output = Result<T, QueueError>>,
-    {
-        let mut backoff = Backoff::new();
-        loop {
-            match op().await {
-                Ok(value) => return Some(value),
-                Err(e) => {
-                    self.metrics.redis_errors.inc();
-                    let delay = backoff.next();
-                    warn!(error = %e, retry_in = ?delay, "could not {what}; retrying");
-                    tokio::select! {
-                        () = tokio::time::sleep(delay) => {}
-                        () = self.kill.cancelled() => return None,
-                    }
-                }
-            }
-        }
-    }
-}
-
-/// A job's outcome with what it cost around the run.
-pub(crate) struct Ran {
-    pub(crate) outcome: Outcome,
-    pub(crate) boot: Duration,
-    /// When the child ended, in Unix milliseconds.
-    pub(crate) ended_ms: u64,
-    /// The session a start job opened, to serve once the job is answered.
-    pub(crate) session: Option<Opened>,
-}
-
-impl Ran {
-    /// An ending decided without running a child.
-    pub(crate) fn without_child(outcome: Outcome) -> Ran {
-        Ran { outcome, boot: Duration::ZERO, ended_ms: now_unix_ms(), session: None }
+        Some((Ran { outcome: report.outcome, boot: report.boot, ended_ms: now_unix_ms() }, None))
     }
 }
 
@@ -475,34 +404,4 @@ async fn listen_for_cancels(worker: Arc<Worker>, stop: CancellationToken) {
 
 fn millis(duration: Duration) -> u64 {
     u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
-}
-
-/// Exponential backoff from 100 ms up to 5 s.
-struct Backoff {
-    next: Duration,
-    failures: u32,
-}
-
-impl Backoff {
-    const FIRST: Duration = Duration::from_millis(100);
-    const MAX: Duration = Duration::from_secs(5);
-
-    fn new() -> Backoff {
-        Backoff { next: Backoff::FIRST, failures: 0 }
-    }
-
-    fn next(&mut self) -> Duration {
-        let delay = self.next;
-        self.next = (self.next * 2).min(Backoff::MAX);
-        self.failures += 1;
-        delay
-    }
-
-    fn failed(&self) -> bool {
-        self.failures > 0
-    }
-
-    fn reset(&mut self) {
-        *self = Backoff::new();
-    }
 }

@@ -1,6 +1,7 @@
-//! Sessions on a worker: the processes of the sessions this worker holds,
-//! and the inbox through which their execs, checkpoints and destroys
-//! arrive (see `runbox_common::session` for the whole protocol).
+//! Sessions on a worker: opening, serving and ending the sessions this
+//! worker holds (the table of them is `held_sessions`), and the inbox
+//! through which their execs, checkpoints and destroys arrive (see
+//! `runbox_common::session` for the whole protocol).
 //!
 //! A session starts as an ordinary job: the worker that claims its start
 //! job opens a [`SessionChild`], marks the session idle on itself, answers
@@ -15,8 +16,7 @@
 //! session left as it is: the api brings it back elsewhere on its next exec
 //! (from its latest checkpoint; without one it is lost).
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use runbox_common::{
@@ -27,69 +27,13 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, info, info_span, warn};
 
-use crate::Sandbox;
+use crate::held_sessions::Held;
 use crate::live::Forwarder;
-use crate::sandbox::{BootedSession, Replayed, Restore, SessionChild, SessionError};
-use crate::service::{Ran, RunningJob, Worker};
+use crate::sandbox::{Replayed, Restore, SessionChild};
+use crate::worker::{Ran, RunningJob, Worker};
 
 /// How long one wait on the inbox blocks in Redis.
 pub(crate) const INBOX_BLOCK: Duration = Duration::from_secs(1);
-
-/// The sessions this worker holds: where to send each one's tasks, and how
-/// to end it; and for each language it has opened a session in, one spare
-/// child booted ahead, so the next session waits only for opening.
-pub(crate) struct Sessions {
-    live: Mutex<HashMap<String, Live>>,
-    spares: Arc<Mutex<HashMap<Language, BootedSession>>>,
-    /// Whether to boot spares at all: not when the warm pool is off.
-    keep_spares: bool,
-    sandbox: Arc<Sandbox>,
-}
-
-struct Live {
-    tasks: mpsc::UnboundedSender<(Claimed, JobSpec)>,
-    end: CancellationToken,
-}
-
-impl Sessions {
-    pub(crate) fn new(sandbox: Sandbox, keep_spares: bool) -> Sessions {
-        Sessions { live: Mutex::default(), spares: Arc::default(), keep_spares, sandbox: Arc::new(sandbox) }
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Live>> {
-        self.live.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// A child for a new session of `language`, opened from `restore`: the
-    /// spare if one is ready, else one booted now. Either way a new spare is
-    /// booted behind it, unless spares are off.
-    pub(crate) async fn child(&self, language: Language, restore: Restore) -> Result<SessionChild, SessionError> {
-        let spare = self.spares.lock().unwrap_or_else(|p| p.into_inner()).remove(&language);
-        let booted = match spare.and_then(|mut spare| spare.is_alive().then_some(spare)) {
-            Some(spare) => spare,
-            None => BootedSession::boot(&self.sandbox, language).await?,
-        };
-        if !self.keep_spares {
-            return booted.open(restore).await;
-        }
-        let (spares, sandbox) = (self.spares.clone(), self.sandbox.clone());
-        tokio::spawn(async move {
-            match BootedSession::boot(&sandbox, language).await {
-                Ok(spare) => {
-                    // Dropped, and so killed, when one is there already.
-                    spares.lock().unwrap_or_else(|p| p.into_inner()).entry(language).or_insert(spare);
-                }
-                Err(e) => warn!(error = %e, %language, "could not boot a spare session child"),
-            }
-        });
-        booted.open(restore).await
-    }
-
-    /// How many sessions this worker holds.
-    pub(crate) fn count(&self) -> usize {
-        self.lock().len()
-    }
-}
 
 /// A session whose child is open, handed from its start job to the task
 /// that serves it.
@@ -128,10 +72,14 @@ impl Worker {
         };
         let (sender, tasks) = mpsc::unbounded_channel();
         let end = self.stopping.child_token();
-        self.sessions.lock().insert(task.id.clone(), Live { tasks: sender, end: end.clone() });
+        self.sessions.lock().insert(task.id.clone(), Held { tasks: sender, end: end.clone() });
         self.count_sessions();
-        let ready = self.queue.session_ready(&task.id, &self.config.name, checkpoint.as_deref()).await;
-        if !matches!(ready, Ok(true)) {
+        // Retried while Redis is away, not taken for a session that ended:
+        // the session is waiting for this mark. (A retry after a mark whose
+        // reply was lost reads "not waiting" and fails the start, as the
+        // lost reply itself did.)
+        let ready = || self.queue.session_ready(&task.id, &self.config.name, checkpoint.as_deref());
+        if self.until_written("mark the session ready", ready).await != Some(true) {
             self.sessions.lock().remove(&task.id);
             self.count_sessions();
             return (failed("the session ended before it could start".into()), None);
@@ -213,8 +161,10 @@ impl Worker {
 
     /// Runs one exec; false when the session was lost.
     async fn session_exec(&self, s: &mut Opened, claimed: &Claimed, spec: &JobSpec) -> bool {
-        if !matches!(self.queue.start(claimed, &self.config.name, &now_rfc3339()).await, Ok(Some(_))) {
-            // Cancelled before it began: the session is untouched.
+        let start = || async move { self.queue.start(claimed, &self.config.name, &now_rfc3339()).await };
+        if !matches!(self.until_written("mark the exec running", start).await, Some(Some(_))) {
+            // Cancelled before it began (or the worker is killed before
+            // Redis took the mark): the session is untouched.
             self.mark_idle(s, 0, None).await;
             let cancelled = Outcome { status: Status::Cancelled, ..Outcome::internal_error("") };
             self.finish(claimed, &Ran::without_child(cancelled)).await;
@@ -254,7 +204,7 @@ impl Worker {
         if kept {
             self.mark_idle(s, 1, restored.as_deref()).await;
         }
-        self.finish(claimed, &Ran { outcome, boot: Duration::ZERO, ended_ms, session: None }).await;
+        self.finish(claimed, &Ran { outcome, boot: Duration::ZERO, ended_ms }).await;
         kept
     }
 
@@ -367,11 +317,14 @@ impl Worker {
         self.metrics.sessions.set(i64::try_from(self.sessions.count()).unwrap_or(i64::MAX));
     }
 
+    /// Records that session `s` ended here, retrying until Redis takes it:
+    /// a session still recorded idle on this worker would send its next
+    /// exec to a worker that no longer holds it. The write ends only a
+    /// session not ended yet, so a retry is harmless.
     async fn end_session(&self, s: &Opened, status: SessionStatus, reason: &str) {
         let ttl = self.config.shared.result_ttl;
-        if let Err(e) = self.queue.end_session(&s.id, &s.owner, status, reason, ttl, Some(&self.config.name)).await {
-            warn!(error = %e, "could not record the session's end");
-        }
+        let end = || self.queue.end_session(&s.id, &s.owner, status, reason, ttl, Some(&self.config.name));
+        self.until_written("record the session's end", end).await;
     }
 
     /// Routes session task `id` from the inbox: a destroy ends its session

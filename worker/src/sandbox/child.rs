@@ -760,3 +760,77 @@ async fn drain<T: Default>(task: tokio::task::JoinHandle<T>) -> T {
         _ => T::default(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    //! How [`outcome`] judges what the capture kept.
+
+    use runbox_common::Compare;
+
+    use super::super::output::{capture, capture_until};
+    use super::*;
+
+    /// The verdict the worker gives a clean exit that wrote `stdout`.
+    fn judged(stdout: &Captured, expected: &str, compare: Compare) -> Option<runbox_common::Verdict> {
+        let mut spec = runbox_common::JobSpec::new(runbox_common::Language::Python, "");
+        (spec.expected_stdout, spec.compare) = (Some(expected.into()), compare);
+        let status = runbox_common::Status::Completed;
+        let outcome =
+            super::outcome(&spec, status, Some(0), None, stdout, &Captured::default(), std::time::Duration::ZERO);
+        assert_eq!(outcome.stdout_truncated, stdout.truncated);
+        outcome.verdict
+    }
+
+    #[tokio::test]
+    async fn a_flood_past_the_cap_is_judged_on_all_of_it() {
+        use runbox_common::Verdict::{Accepted, WrongAnswer};
+        const CAP: usize = 1024 * 1024;
+        // ok, newlines up to the 1 MiB cap, then what the kept bytes hide.
+        let mut flood = b"ok".to_vec();
+        flood.resize(CAP, b'\n');
+        let kept = capture(&flood[..], CAP).await;
+        assert_eq!((kept.truncated, judged(&kept, "ok\n", Compare::Trim)), (false, Some(Accepted)));
+        flood.extend_from_slice(b"WRONG EXTRA OUTPUT");
+        let got = capture(&flood[..], CAP).await;
+        assert_eq!((got.bytes.len(), got.truncated), (CAP, true));
+        assert_eq!(judged(&got, "ok\n", Compare::Trim), Some(WrongAnswer));
+        // Exactly a MiB of A expected, and one B more.
+        let expected = "A".repeat(CAP);
+        let mut more = expected.clone().into_bytes();
+        more.push(b'B');
+        let got = capture(&more[..], CAP).await;
+        assert_eq!((got.bytes.as_slice(), got.truncated), (expected.as_bytes(), true));
+        assert_eq!(judged(&got, &expected, Compare::Exact), Some(WrongAnswer));
+        assert_eq!(judged(&capture(expected.as_bytes(), CAP).await, &expected, Compare::Exact), Some(Accepted));
+        // Past the cap and still matching: accepted, and still truncated.
+        let mut padded = expected.clone().into_bytes();
+        padded.extend_from_slice(&b"  \n".repeat(CAP));
+        let got = capture(&padded[..], CAP).await;
+        assert!(got.truncated);
+        assert_eq!(judged(&got, &expected, Compare::Trim), Some(Accepted));
+        assert_eq!(judged(&got, &expected, Compare::Exact), Some(WrongAnswer));
+    }
+
+    #[tokio::test]
+    async fn a_shared_stream_is_judged_up_to_its_marker_whatever_the_reads() {
+        use runbox_common::Verdict::{Accepted, WrongAnswer};
+        let (mut writer, mut reader) = tokio::io::duplex(64);
+        let sender = tokio::spawn(async move {
+            use tokio::io::AsyncWriteExt;
+            // 1, blank lines of spaces and U+3000, then 2 past a cap of
+            // 100, in reads that split characters and the marker.
+            let mut stream = "1".to_owned() + &" \n\u{3000}".repeat(100) + "2\n";
+            stream.push_str("<MARK>next job");
+            for part in stream.as_bytes().chunks(7) {
+                writer.write_all(part).await.expect("write");
+            }
+        });
+        let (got, rest) = capture_until(&mut reader, 100, b"<MARK>").await;
+        sender.await.expect("sender");
+        assert!(got.truncated && rest.is_some_and(|rest| b"next job".starts_with(&rest)), "{got:?}");
+        let expected = "1".to_owned() + &"\n\u{3000}".repeat(100) + "2";
+        assert_eq!(judged(&got, &expected, Compare::Trim), Some(Accepted));
+        assert_eq!(judged(&got, "1\n2", Compare::Trim), Some(WrongAnswer));
+        assert_eq!(judged(&got, "1", Compare::Trim), Some(WrongAnswer));
+    }
+}

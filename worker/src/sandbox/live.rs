@@ -1,7 +1,8 @@
 //! A running job's output on its way out as it is written: the capture
-//! readers hand every byte they keep to a [`Live`], and the worker takes it
-//! from there in chunks (see `crate::live`). The capture never waits for
-//! whoever takes the chunks: a slow Redis only makes the chunks bigger.
+//! readers hand every byte they keep to a [`Live`], and whoever runs the
+//! job takes it from there in chunks ([`Live::take`]; the worker sends them
+//! to Redis). The capture never waits for whoever takes the chunks: a slow
+//! taker only makes the chunks bigger.
 
 use std::sync::{Arc, Mutex};
 

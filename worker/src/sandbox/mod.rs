@@ -7,7 +7,8 @@
 //!    and is removed when the run ends, whatever happened.
 //! 2. Deno starts in its own process group with an empty environment,
 //!    resource limits, every permission denied ([`command`]), and the
-//!    isolation layers this host allows ([`Isolation`]).
+//!    isolation layers this host allows ([`Isolation`], found out once at
+//!    start by [`probe`]).
 //! 3. The language harness boots and says READY; the program and its stdin
 //!    then arrive over the stdin pipe ([`child`]), never as a file.
 //! 4. stdout and stderr are drained concurrently and capped ([`output`]);
@@ -33,6 +34,7 @@ mod live;
 mod markers;
 mod output;
 mod pool;
+mod probe;
 mod runtime;
 mod session;
 mod shared;
@@ -112,7 +114,7 @@ impl Sandbox {
     /// allows, by running a real program under each.
     pub async fn new(runtime: Runtime, limits: Limits, work_dir: PathBuf) -> Result<Sandbox, SandboxError> {
         let mut sandbox = Sandbox { runtime, limits, isolation: Isolation::NONE, work_dir, cache_seed: None };
-        sandbox.isolation = isolation::probe(&sandbox).await?;
+        sandbox.isolation = probe::probe(&sandbox).await?;
         match child::prime_cache(&sandbox).await {
             Ok(seed) => sandbox.cache_seed = Some(Arc::new(seed)),
             Err(e) => tracing::warn!(error = %e, "no code cache for children; they boot slower"),
