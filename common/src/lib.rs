@@ -20,7 +20,7 @@
 //! - `time`: timestamps as stored.
 //! - `metrics`: the Prometheus registry both binaries export through.
 //! - `session`: sessions, their steps and their Redis operations
-//!   ([`SessionRecord`], [`SessionTask`], [`SessionLimits`]).
+//!   ([`SessionRecord`], [`SessionTask`]).
 //! - `verdict`: judging all of a program's stdout, past the output cap, in
 //!   constant memory ([`OutputDigest`]).
 //! - `workers`: what each worker reports of itself ([`WorkerInfo`]), and
@@ -52,9 +52,7 @@ pub use queue::{
     BatchJob, BatchRecord, CallbackDue, Cancelled, Claimed, Enqueued, Idempotency, JobRecord, JobSummary, NewJob,
     OverQuota, Queue, QueueError, Quota, Timings,
 };
-pub use session::{
-    Checkpoint, CheckpointInfo, Recovery, Sent, SessionLimits, SessionOp, SessionRecord, SessionStatus, SessionTask,
-};
+pub use session::{Checkpoint, CheckpointInfo, Recovery, Sent, SessionOp, SessionRecord, SessionStatus, SessionTask};
 pub use sign::{MIN_SIGNING_KEY_BYTES, SigningKey};
 pub use time::{now_rfc3339, now_unix_ms, rfc3339_at_unix_ms};
 pub use verdict::OutputDigest;

@@ -7,12 +7,9 @@
 //! and how the operations on them went; the operations themselves, and
 //! the life of a session through them, are `queue::sessions`'.
 
-use std::time::Duration;
-
 use serde::{Deserialize, Serialize};
 
 use crate::Language;
-use crate::config::{ConfigError, env_or};
 
 /// What a session job asks of the session's worker; carried in
 /// [`crate::JobSpec::session`].
@@ -134,59 +131,6 @@ pub struct SessionRecord {
 impl SessionRecord {
     pub fn latest_checkpoint(&self) -> Option<&CheckpointInfo> {
         self.checkpoints.last()
-    }
-}
-
-/// The bounds on sessions, read from the environment once by both the api
-/// and the workers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct SessionLimits {
-    /// `RUNBOX_SESSION_IDLE_S`: the idle timeout of a session that names none.
-    pub default_idle: Duration,
-    /// `RUNBOX_SESSION_MAX_IDLE_S`: the longest idle timeout one may ask for.
-    pub max_idle: Duration,
-    /// `RUNBOX_SESSION_LIFETIME_S`: every session ends this long after it began.
-    pub lifetime: Duration,
-    /// `RUNBOX_SESSIONS_PER_TOKEN`: live sessions one token may hold.
-    pub per_token: u64,
-    /// `RUNBOX_CHECKPOINT_TTL_S`: how long a checkpoint is kept.
-    pub checkpoint_ttl: Duration,
-    /// `RUNBOX_CHECKPOINT_MAX_MB`: the largest checkpoint stored, compressed.
-    pub checkpoint_max_bytes: u64,
-}
-
-impl Default for SessionLimits {
-    fn default() -> Self {
-        SessionLimits {
-            default_idle: Duration::from_secs(600),
-            max_idle: Duration::from_secs(3600),
-            lifetime: Duration::from_secs(6 * 3600),
-            per_token: 4,
-            checkpoint_ttl: Duration::from_secs(24 * 3600),
-            checkpoint_max_bytes: 64 * 1024 * 1024,
-        }
-    }
-}
-
-impl SessionLimits {
-    pub fn from_env() -> Result<SessionLimits, ConfigError> {
-        let d = SessionLimits::default();
-        let limits = SessionLimits {
-            default_idle: Duration::from_secs(env_or("RUNBOX_SESSION_IDLE_S", d.default_idle.as_secs())?),
-            max_idle: Duration::from_secs(env_or("RUNBOX_SESSION_MAX_IDLE_S", d.max_idle.as_secs())?),
-            lifetime: Duration::from_secs(env_or("RUNBOX_SESSION_LIFETIME_S", d.lifetime.as_secs())?),
-            per_token: env_or("RUNBOX_SESSIONS_PER_TOKEN", d.per_token)?,
-            checkpoint_ttl: Duration::from_secs(env_or("RUNBOX_CHECKPOINT_TTL_S", d.checkpoint_ttl.as_secs())?),
-            checkpoint_max_bytes: env_or("RUNBOX_CHECKPOINT_MAX_MB", d.checkpoint_max_bytes >> 20)? << 20,
-        };
-        if limits.default_idle > limits.max_idle || limits.default_idle.is_zero() {
-            return Err(ConfigError::Invalid {
-                name: "RUNBOX_SESSION_IDLE_S",
-                value: limits.default_idle.as_secs().to_string(),
-                reason: "must be at least 1 and at most RUNBOX_SESSION_MAX_IDLE_S".into(),
-            });
-        }
-        Ok(limits)
     }
 }
 
