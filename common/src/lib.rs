@@ -18,7 +18,6 @@
 //! - `config`: reading typed configuration from the environment, and the
 //!   settings both processes share ([`SharedConfig`], [`Timeouts`]).
 //! - `time`: timestamps as stored.
-//! - `metrics`: the Prometheus registry both binaries export through.
 //! - `session`: sessions, their steps and their Redis operations
 //!   ([`SessionRecord`], [`SessionTask`]).
 //! - `verdict`: judging all of a program's stdout, past the output cap, in
@@ -31,8 +30,6 @@ mod connection;
 mod job;
 pub mod keys;
 mod live;
-mod metrics;
-pub mod process;
 mod queue;
 mod session;
 mod sign;
@@ -47,7 +44,6 @@ pub use job::{
     ReturnFiles, Status, UnknownLanguage, Verdict,
 };
 pub use live::{LIVE_GRACE, LiveEntry, OutputChunk, OutputStream};
-pub use metrics::MetricsRegistry;
 pub use queue::{
     BatchJob, BatchRecord, CallbackDue, Cancelled, Claimed, Enqueued, Idempotency, JobRecord, JobSummary, NewJob,
     OverQuota, Queue, QueueError, Quota, Timings,
