@@ -18,6 +18,7 @@
 //!
 //! A worker that dies leaves its sessions pointing at it; the api notices on
 //! the next call ([`Queue::recover_session`]) and starts the session again
+//! elsewhere from its latest checkpoint, or ends it as `lost`.
 
 use std::sync::LazyLock;
 use std::time::Duration;
