@@ -1,4 +1,6 @@
-use runbox_common::{ConfigError, SessionLimits, SharedConfig, Timeouts, env_or, env_required};
+use std::time::Duration;
+
+use runbox_common::{ConfigError, SharedConfig, Timeouts, env_or, env_required};
 
 use crate::auth::Tokens;
 use crate::callbacks::CallbackConfig;
@@ -18,10 +20,55 @@ pub struct ApiConfig {
     pub callbacks: CallbackConfig,
     /// `RUNBOX_QUOTAS`.
     pub quotas: Quotas,
-    /// Idle timeouts, lifetime, per-token cap and checkpoint TTL of sessions.
+    /// Idle timeouts, lifetime and per-token cap of sessions.
     pub sessions: SessionLimits,
     /// `RUNBOX_MCP_ALLOWED_HOSTS`.
     pub mcp_hosts: McpHosts,
+}
+
+/// The bounds the api puts on sessions. A checkpoint's TTL and size cap
+/// are the workers' (they store checkpoints).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SessionLimits {
+    /// `RUNBOX_SESSION_IDLE_S`: the idle timeout of a session that names none.
+    pub default_idle: Duration,
+    /// `RUNBOX_SESSION_MAX_IDLE_S`: the longest idle timeout one may ask for.
+    pub max_idle: Duration,
+    /// `RUNBOX_SESSION_LIFETIME_S`: every session ends this long after it began.
+    pub lifetime: Duration,
+    /// `RUNBOX_SESSIONS_PER_TOKEN`: live sessions one token may hold.
+    pub per_token: u64,
+}
+
+impl Default for SessionLimits {
+    fn default() -> Self {
+        SessionLimits {
+            default_idle: Duration::from_secs(600),
+            max_idle: Duration::from_secs(3600),
+            lifetime: Duration::from_secs(6 * 3600),
+            per_token: 4,
+        }
+    }
+}
+
+impl SessionLimits {
+    pub fn from_env() -> Result<SessionLimits, ConfigError> {
+        let d = SessionLimits::default();
+        let limits = SessionLimits {
+            default_idle: Duration::from_secs(env_or("RUNBOX_SESSION_IDLE_S", d.default_idle.as_secs())?),
+            max_idle: Duration::from_secs(env_or("RUNBOX_SESSION_MAX_IDLE_S", d.max_idle.as_secs())?),
+            lifetime: Duration::from_secs(env_or("RUNBOX_SESSION_LIFETIME_S", d.lifetime.as_secs())?),
+            per_token: env_or("RUNBOX_SESSIONS_PER_TOKEN", d.per_token)?,
+        };
+        if limits.default_idle > limits.max_idle || limits.default_idle.is_zero() {
+            return Err(ConfigError::Invalid {
+                name: "RUNBOX_SESSION_IDLE_S",
+                value: limits.default_idle.as_secs().to_string(),
+                reason: "must be at least 1 and at most RUNBOX_SESSION_MAX_IDLE_S".into(),
+            });
+        }
+        Ok(limits)
+    }
 }
 
 /// The `Host` values `/mcp` answers. A server reachable from a browser's

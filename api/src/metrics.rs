@@ -1,7 +1,7 @@
 //! Every metric the api exports, declared in one place. Labels are bounded.
 
 use prometheus::{IntCounter, IntCounterVec, IntGauge, Opts};
-use runbox_common::MetricsRegistry;
+use runbox_process::MetricsRegistry;
 
 pub struct Metrics {
     registry: MetricsRegistry,

@@ -5,6 +5,8 @@
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 
+use crate::ConfigError;
+
 type HmacSha256 = Hmac<Sha256>;
 
 /// The key jobs are signed with (`RUNBOX_SIGNING_KEY`). It is never the same
@@ -22,10 +24,10 @@ impl std::fmt::Debug for SigningKey {
 pub const MIN_SIGNING_KEY_BYTES: usize = 32;
 
 impl SigningKey {
-    pub fn new(key: impl Into<Vec<u8>>) -> Result<SigningKey, crate::ConfigError> {
+    pub fn new(key: impl Into<Vec<u8>>) -> Result<SigningKey, ConfigError> {
         let key = key.into();
         if key.len() < MIN_SIGNING_KEY_BYTES {
-            return Err(crate::ConfigError::Invalid {
+            return Err(ConfigError::Invalid {
                 name: "RUNBOX_SIGNING_KEY",
                 value: "(hidden)".into(),
                 reason: format!("must be at least {MIN_SIGNING_KEY_BYTES} bytes; `openssl rand -hex 32` makes one"),

@@ -1,7 +1,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use runbox_common::{ConfigError, SessionLimits, SharedConfig, Timeouts, env_or};
+use runbox_common::{ConfigError, SharedConfig, Timeouts, env_or};
 
 use crate::sandbox::{DEFAULT_RUNTIME_DIR, Limits, PoolConfig, WarmConfig};
 
@@ -67,8 +67,8 @@ pub struct WorkerConfig {
     /// job's events come only once it has ended, from its result.
     pub live_output: bool,
     pub sandbox: SandboxConfig,
-    /// Checkpoint size cap and TTL (see `SessionLimits`).
-    pub sessions: SessionLimits,
+    /// Checkpoint size cap and TTL.
+    pub checkpoints: CheckpointLimits,
 }
 
 impl WorkerConfig {
@@ -88,7 +88,7 @@ impl WorkerConfig {
         let suffix = uuid::Uuid::new_v4().simple().to_string();
         Ok(WorkerConfig {
             shared: SharedConfig::from_env()?,
-            sessions: SessionLimits::from_env()?,
+            checkpoints: CheckpointLimits::from_env()?,
             name: env_or("RUNBOX_WORKER_NAME", format!("{host}-{}", &suffix[..8]))?,
             concurrency,
             max_deliveries: env_or("RUNBOX_MAX_DELIVERIES", 3)?,
@@ -101,6 +101,31 @@ impl WorkerConfig {
             },
             live_output: env_or("RUNBOX_LIVE_OUTPUT", true)?,
             sandbox,
+        })
+    }
+}
+
+/// The bounds on the checkpoints a worker stores for its sessions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CheckpointLimits {
+    /// `RUNBOX_CHECKPOINT_TTL_S`: how long a checkpoint is kept.
+    pub ttl: Duration,
+    /// `RUNBOX_CHECKPOINT_MAX_MB`: the largest checkpoint stored, compressed.
+    pub max_bytes: u64,
+}
+
+impl Default for CheckpointLimits {
+    fn default() -> Self {
+        CheckpointLimits { ttl: Duration::from_secs(24 * 3600), max_bytes: 64 * 1024 * 1024 }
+    }
+}
+
+impl CheckpointLimits {
+    pub fn from_env() -> Result<CheckpointLimits, ConfigError> {
+        let d = CheckpointLimits::default();
+        Ok(CheckpointLimits {
+            ttl: Duration::from_secs(env_or("RUNBOX_CHECKPOINT_TTL_S", d.ttl.as_secs())?),
+            max_bytes: env_or("RUNBOX_CHECKPOINT_MAX_MB", d.max_bytes >> 20)? << 20,
         })
     }
 }

@@ -59,7 +59,7 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    let stderr = runbox_common::process::init_tracing();
+    let stderr = runbox_process::init_tracing();
     match run() {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -76,7 +76,7 @@ fn run() -> anyhow::Result<()> {
     match cli.command {
         None => {
             let config = WorkerConfig::from_env()?;
-            runtime.block_on(async { runbox_worker::run(config, runbox_common::process::shutdown_signal()).await })?;
+            runtime.block_on(async { runbox_worker::run(config, runbox_process::shutdown_signal()).await })?;
         }
         Some(Command::Exec { language, file, stdin, timeout_ms }) => runtime.block_on(async {
             let code = if file.as_os_str() == "-" {
@@ -96,7 +96,7 @@ fn run() -> anyhow::Result<()> {
             let port = WorkerConfig::from_env()?
                 .metrics_port
                 .context("RUNBOX_METRICS_PORT is not set: nothing serves /healthz")?;
-            runbox_common::process::check_health(port, "/healthz").map_err(anyhow::Error::msg)?;
+            runbox_process::check_health(port, "/healthz").map_err(anyhow::Error::msg)?;
         }
         Some(Command::Batch { concurrency, warm_up, pause_ms }) => {
             let pause = std::time::Duration::from_millis(pause_ms);

@@ -2,7 +2,8 @@
 //! bounded: language, status and lane only, never an id.
 
 use prometheus::{Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, Opts};
-use runbox_common::{Language, MetricsRegistry, Outcome};
+use runbox_common::{Language, Outcome};
+use runbox_process::MetricsRegistry;
 
 /// Latency buckets in seconds, from a warm JS job to the longest timeout.
 const BUCKETS: [f64; 14] = [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0];

@@ -217,7 +217,7 @@ impl Worker {
             warn!(error = %e, "could not mark the checkpoint running");
         }
         let started = Instant::now();
-        let limits = self.config.sessions;
+        let limits = self.config.checkpoints;
         let taken = match s.child.checkpoint().await {
             Ok(bytes) => {
                 let compressed = tokio::task::spawn_blocking(move || lz4_flex::compress_prepend_size(&bytes)).await;
@@ -226,13 +226,13 @@ impl Worker {
             Err(e) => Err(e.to_string()),
         };
         let stored = match taken {
-            Ok(data) if data.len() as u64 > limits.checkpoint_max_bytes => Err(format!(
+            Ok(data) if data.len() as u64 > limits.max_bytes => Err(format!(
                 "the checkpoint is {} bytes compressed, more than the {} allowed (RUNBOX_CHECKPOINT_MAX_MB)",
                 data.len(),
-                limits.checkpoint_max_bytes
+                limits.max_bytes
             )),
             Ok(data) => {
-                let ttl = limits.checkpoint_ttl;
+                let ttl = limits.ttl;
                 let info = CheckpointInfo {
                     id: id.to_owned(),
                     created_at: now_rfc3339(),

@@ -1,4 +1,4 @@
-//! What both runbox binaries do the same way when they start and stop.
+//! Logging to stderr, and panics logged the same way.
 //!
 //! Nothing a binary writes to stderr may block it or panic it: stderr is
 //! often a pipe, and its reader can be gone (the write fails with EPIPE,
@@ -66,50 +66,4 @@ fn log_panic(info: &PanicHookInfo<'_>) {
     } else {
         tracing::error!(thread, panic = %info, "panicked");
     }
-}
-
-/// Resolves on SIGTERM or SIGINT. The handlers are installed by the call,
-/// not at the first poll: a signal that comes once the service says it is
-/// ready, but before it waits for one, must not kill it outright. Call it
-/// inside the tokio runtime, before the service starts.
-pub fn shutdown_signal() -> impl Future<Output = ()> + Send + 'static {
-    use tokio::signal::unix::{Signal, SignalKind, signal};
-    async fn recv(signal: Option<Signal>) {
-        match signal {
-            Some(mut signal) => {
-                signal.recv().await;
-            }
-            // Not handled, so it keeps its default action: it ends the process.
-            None => std::future::pending().await,
-        }
-    }
-    let term = signal(SignalKind::terminate()).ok();
-    let int = signal(SignalKind::interrupt()).ok();
-    async move {
-        tokio::select! {
-            () = recv(term) => {}
-            () = recv(int) => {}
-        }
-    }
-}
-
-/// A container's health check: asks this host's `port` for `path` over
-/// HTTP/1.0 and succeeds on a 200. Plain std, so an image needs no curl.
-pub fn check_health(port: u16, path: &str) -> Result<(), String> {
-    use std::io::Read;
-    use std::net::{Ipv4Addr, SocketAddr, TcpStream};
-    use std::time::Duration;
-    let address = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
-    let timeout = Duration::from_secs(5);
-    let mut stream = TcpStream::connect_timeout(&address, timeout).map_err(|e| format!("{address}: {e}"))?;
-    stream
-        .set_read_timeout(Some(timeout))
-        .and_then(|()| stream.set_write_timeout(Some(timeout)))
-        .map_err(|e| e.to_string())?;
-    write!(stream, "GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").map_err(|e| format!("{address}: {e}"))?;
-    let mut head = [0u8; 64];
-    let read = stream.read(&mut head).map_err(|e| format!("{address}: {e}"))?;
-    let status_line = String::from_utf8_lossy(&head[..read]);
-    let status = status_line.split_whitespace().nth(1).unwrap_or("none");
-    if status == "200" { Ok(()) } else { Err(format!("GET {path} on {address} answered {status}")) }
 }

@@ -1,4 +1,4 @@
-//! The Prometheus registry both binaries export their metrics through.
+//! The Prometheus registry every binary exports its metrics through.
 
 use prometheus::core::Collector;
 
