@@ -14,8 +14,8 @@
 use axum::Json;
 use axum::extract::State;
 use runbox_common::{
-    CheckpointInfo, Compare, FileEncoding, Language, OutputFile, RuntimeLimits, Runtimes, SessionLimits, SessionStatus,
-    Status, Timings, Verdict, WorkerInfo,
+    CheckpointInfo, Compare, FileEncoding, Language, OutputFile, RuntimeLimits, Runtimes, SessionStatus, Status,
+    Timings, Verdict, WorkerInfo,
 };
 use serde::Serialize;
 use serde_json::{Value, json};
@@ -24,7 +24,7 @@ use utoipa::{Modify, OpenApi, ToSchema};
 
 use crate::AppState;
 use crate::batches::{BatchStatus, BatchView};
-use crate::config::ApiLimits;
+use crate::config::{ApiLimits, SessionLimits};
 use crate::error::BatchItemError;
 use crate::jobs::JobView;
 use crate::requests::{

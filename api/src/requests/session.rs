@@ -2,12 +2,12 @@
 
 use std::time::Duration;
 
-use runbox_common::{JobSpec, Language, SessionLimits};
+use runbox_common::{JobSpec, Language};
 use serde::Deserialize;
 use utoipa::ToSchema;
 
 use super::{FieldError, Program, whole_number};
-use crate::config::ApiLimits;
+use crate::config::{ApiLimits, SessionLimits};
 
 /// The body of `POST /v1/sessions`.
 #[derive(Debug, Default, Deserialize, ToSchema)]
