@@ -133,14 +133,18 @@ impl BatchRequest {
     pub fn validate(self, limits: &ApiLimits) -> Result<BatchJobs, FieldError> {
         let (items, stop, shared_runtime, callback_url): (Vec<Result<Program, FieldError>>, _, _, _) = match self {
             BatchRequest::Jobs(batch) => {
-                let jobs = batch.jobs.into_iter().map(|Item(job)| job.map_err(belongs_on_the_batch)).collect();
+                let jobs = batch.jobs.into_iter().map(|Item(job)| job.map_err(|e| item_error(e, "a job"))).collect();
                 (jobs, batch.stop_on_first_failure, batch.shared_runtime, batch.callback_url)
             }
             // Test cases are one program run many times: the owner's
             // long-lived children by default, in every language.
             BatchRequest::Cases(batch) => {
                 let program = batch.program;
-                let jobs = batch.cases.into_iter().map(|Item(case)| case.map(|case| program.with(case))).collect();
+                let jobs = batch
+                    .cases
+                    .into_iter()
+                    .map(|Item(case)| case.map(|case| program.with(case)).map_err(|e| item_error(e, "a case")))
+                    .collect();
                 (jobs, batch.stop_on_first_failure, Some(batch.shared_runtime.unwrap_or(true)), batch.callback_url)
             }
         };
@@ -165,9 +169,12 @@ impl Program {
     }
 }
 
-/// A job of a batch that sets what only the batch may set says so.
-fn belongs_on_the_batch(error: FieldError) -> FieldError {
+/// What is wrong with one item of a batch (`what`: "a job", "a case"),
+/// said in a batch's terms.
+fn item_error(error: FieldError, what: &str) -> FieldError {
     match error.field.as_str() {
+        // Not an object at all: serde would name the Rust type it expected.
+        "" => FieldError::invalid("", format!("{what} must be a JSON object")),
         field @ ("callback_url" | "shared_runtime") if error.code == "unknown_field" => {
             let message = format!("{field} belongs on the batch, not on its jobs");
             FieldError::invalid(field, message)
