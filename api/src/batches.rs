@@ -20,15 +20,17 @@ use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use runbox_common::{BatchJob, BatchRecord, Enqueued, Idempotency, Status, now_rfc3339};
-use serde::Serialize;
 use serde_json::json;
 
-use crate::AppState;
 use crate::auth::Caller;
-use crate::callbacks;
+use crate::callback_urls;
 use crate::error::{ApiError, BatchItemError};
-use crate::jobs::{CANCEL_CONFIRM, JobView, RECHECK_EVERY, idempotency_key, json_body, long_poll};
+use crate::jobs::CANCEL_CONFIRM;
+use crate::pipeline::{RECHECK_EVERY, long_poll};
 use crate::requests::{self, BatchRequest};
+use crate::requests::{idempotency_key, json_body};
+use crate::state::AppState;
+use crate::views::{BatchStatus, BatchView, JobView};
 
 /// Jobs per page of `GET /v1/batches/{id}`, by default and at most.
 const DEFAULT_PAGE: usize = 100;
@@ -37,35 +39,6 @@ pub(crate) const MAX_PAGE: usize = 1000;
 /// The largest `offset` of a page: far past any batch, and within the
 /// 64-bit signed integers OpenAPI clients use.
 pub(crate) const MAX_OFFSET: usize = u32::MAX as usize;
-
-/// What every batch route returns: counts, and one page of its jobs.
-#[derive(Serialize, utoipa::ToSchema)]
-pub struct BatchView {
-    id: String,
-    status: BatchStatus,
-    size: usize,
-    /// Jobs with a final status.
-    done: u64,
-    stop_on_first_failure: bool,
-    created_at: Option<String>,
-    /// Jobs by status; only statuses that occur.
-    counts: BTreeMap<String, usize>,
-    /// Jobs by verdict, for jobs that had an `expected_stdout`.
-    verdicts: BTreeMap<String, usize>,
-    offset: usize,
-    limit: usize,
-    /// Where the next page starts, if there is one.
-    next_offset: Option<usize>,
-    jobs: Vec<JobView>,
-}
-
-/// Where a batch is: `running` until every job has a final status.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum BatchStatus {
-    Running,
-    Finished,
-}
 
 /// A batch's id, as `POST /v1/batches` returned it.
 #[derive(utoipa::IntoParams)]
@@ -96,13 +69,13 @@ pub(crate) struct Page {
     params(crate::jobs::IdempotencyKey),
     request_body(content = BatchRequest, content_type = "application/json"),
     responses(
-        (status = 202, description = "Queued: the batch id and its job ids, in order.", body = crate::openapi::BatchAccepted),
-        (status = 400, description = "`invalid_json`, `invalid_field`, `unknown_field`, or `invalid_batch` with each bad job in `error.jobs`.", body = crate::openapi::ErrorBody),
-        (status = 401, description = "`unauthorized`.", body = crate::openapi::ErrorBody),
-        (status = 413, description = "`payload_too_large`.", body = crate::openapi::ErrorBody),
-        (status = 415, description = "`unsupported_media_type`.", body = crate::openapi::ErrorBody),
-        (status = 429, description = "`quota_exceeded`.", body = crate::openapi::ErrorBody),
-        (status = 503, description = "`queue_full` or `unavailable`.", body = crate::openapi::ErrorBody),
+        (status = 202, description = "Queued: the batch id and its job ids, in order.", body = crate::views::BatchAccepted),
+        (status = 400, description = "`invalid_json`, `invalid_field`, `unknown_field`, or `invalid_batch` with each bad job in `error.jobs`.", body = crate::views::ErrorBody),
+        (status = 401, description = "`unauthorized`.", body = crate::views::ErrorBody),
+        (status = 413, description = "`payload_too_large`.", body = crate::views::ErrorBody),
+        (status = 415, description = "`unsupported_media_type`.", body = crate::views::ErrorBody),
+        (status = 429, description = "`quota_exceeded`.", body = crate::views::ErrorBody),
+        (status = 503, description = "`queue_full` or `unavailable`.", body = crate::views::ErrorBody),
     ),
 )]
 pub async fn submit(
@@ -114,7 +87,7 @@ pub async fn submit(
     let limits = &state.config.limits;
     let body = json_body(&headers, body, limits.max_batch_bytes)?;
     let batch = BatchRequest::parse(&body)?.validate(limits)?;
-    let callback = callbacks::check_url(&state, &caller.0, batch.callback_url).await?;
+    let callback = callback_urls::check_url(&state.config.callbacks, &caller.0, batch.callback_url).await?;
     let (stop_on_failure, shared_runtime) = (batch.stop_on_first_failure, batch.shared_runtime);
     let total = batch.jobs.len();
     let mut specs = Vec::with_capacity(total);
@@ -186,10 +159,10 @@ pub async fn submit(
     params(BatchId, crate::jobs::WaitParam, Page),
     responses(
         (status = 200, description = "The batch.", body = BatchView),
-        (status = 400, description = "`invalid_wait` or `invalid_field` (offset, limit).", body = crate::openapi::ErrorBody),
-        (status = 401, description = "`unauthorized`.", body = crate::openapi::ErrorBody),
-        (status = 404, description = "`not_found`.", body = crate::openapi::ErrorBody),
-        (status = 503, description = "`unavailable`.", body = crate::openapi::ErrorBody),
+        (status = 400, description = "`invalid_wait` or `invalid_field` (offset, limit).", body = crate::views::ErrorBody),
+        (status = 401, description = "`unauthorized`.", body = crate::views::ErrorBody),
+        (status = 404, description = "`not_found`.", body = crate::views::ErrorBody),
+        (status = 503, description = "`unavailable`.", body = crate::views::ErrorBody),
     ),
 )]
 pub async fn get(
@@ -213,9 +186,9 @@ pub async fn get(
     params(BatchId),
     responses(
         (status = 200, description = "The batch after the cancel (first page).", body = BatchView),
-        (status = 401, description = "`unauthorized`.", body = crate::openapi::ErrorBody),
-        (status = 404, description = "`not_found`.", body = crate::openapi::ErrorBody),
-        (status = 503, description = "`unavailable`.", body = crate::openapi::ErrorBody),
+        (status = 401, description = "`unauthorized`.", body = crate::views::ErrorBody),
+        (status = 404, description = "`not_found`.", body = crate::views::ErrorBody),
+        (status = 503, description = "`unavailable`.", body = crate::views::ErrorBody),
     ),
 )]
 pub async fn cancel(
@@ -249,9 +222,9 @@ pub async fn cancel(
     params(BatchId),
     responses(
         (status = 200, description = "One job object per line as each finishes; a job that expired is `{\"id\", \"status\": null, \"expired\": true}`.", content_type = "application/x-ndjson", body = String),
-        (status = 401, description = "`unauthorized`.", body = crate::openapi::ErrorBody),
-        (status = 404, description = "`not_found`.", body = crate::openapi::ErrorBody),
-        (status = 503, description = "`unavailable`.", body = crate::openapi::ErrorBody),
+        (status = 401, description = "`unauthorized`.", body = crate::views::ErrorBody),
+        (status = 404, description = "`not_found`.", body = crate::views::ErrorBody),
+        (status = 503, description = "`unavailable`.", body = crate::views::ErrorBody),
     ),
 )]
 pub async fn results(

@@ -2,9 +2,9 @@ use std::time::Duration;
 
 use runbox_common::{ConfigError, SharedConfig, Timeouts, env_or, env_required};
 
-use crate::auth::Tokens;
-use crate::callbacks::CallbackConfig;
+use crate::callback_urls::CallbackConfig;
 use crate::quotas::Quotas;
+use crate::tokens::Tokens;
 
 /// The api's settings, read from the environment once at start-up.
 #[derive(Debug, Clone)]

@@ -5,6 +5,7 @@
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
+use std::fmt;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
@@ -15,7 +16,7 @@ pub enum ApiError {
     /// A field of the request that is wrong, unknown or too large: which,
     /// and what to fix.
     #[error("{0}")]
-    Field(crate::requests::FieldError),
+    Field(FieldError),
     /// The most `?wait=` may ask for.
     #[error("wait must be a whole number of seconds from 0 to {0}")]
     InvalidWait(u64),
@@ -73,7 +74,7 @@ pub struct BatchItemError {
 }
 
 impl BatchItemError {
-    pub fn new(index: usize, error: crate::requests::FieldError) -> BatchItemError {
+    pub fn new(index: usize, error: FieldError) -> BatchItemError {
         BatchItemError { index, code: error.code, field: error.field, message: error.message }
     }
 }
@@ -81,7 +82,7 @@ impl BatchItemError {
 impl ApiError {
     /// A field whose value is wrong: which, and what to fix.
     pub fn invalid(field: impl Into<String>, message: impl Into<String>) -> ApiError {
-        ApiError::Field(crate::requests::FieldError::invalid(field, message))
+        ApiError::Field(FieldError::invalid(field, message))
     }
 }
 
@@ -182,5 +183,52 @@ impl IntoResponse for ApiError {
             response.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
         }
         response
+    }
+}
+
+/// What is wrong with one field of a request: which field, a code a client
+/// can match on, and what to fix.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
+pub struct FieldError {
+    /// The field, as a path into the body: `timeout_ms`, `files[2].path`.
+    pub field: String,
+    /// `invalid_field`, `unknown_field`, or `…_too_large` (413).
+    #[schema(value_type = String)]
+    pub code: &'static str,
+    pub message: String,
+}
+
+impl FieldError {
+    /// A field whose value is wrong.
+    pub fn invalid(field: impl Into<String>, message: impl Into<String>) -> FieldError {
+        FieldError { field: field.into(), code: "invalid_field", message: message.into() }
+    }
+
+    /// A field the body does not have.
+    pub fn unknown(field: impl Into<String>, message: impl Into<String>) -> FieldError {
+        FieldError { field: field.into(), code: "unknown_field", message: message.into() }
+    }
+
+    /// A field larger than its limit: `code` names which (`code_too_large`).
+    pub fn too_large(field: impl Into<String>, code: &'static str, message: impl Into<String>) -> FieldError {
+        FieldError { field: field.into(), code, message: message.into() }
+    }
+
+    /// The same error, for the field as part of `outer` (`jobs[3]`).
+    pub fn within(self, outer: &str) -> FieldError {
+        let field = if self.field.is_empty() { outer.to_owned() } else { format!("{outer}.{}", self.field) };
+        FieldError { field, ..self }
+    }
+}
+
+impl fmt::Display for FieldError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl From<FieldError> for ApiError {
+    fn from(error: FieldError) -> ApiError {
+        ApiError::Field(error)
     }
 }

@@ -26,10 +26,11 @@ use runbox_common::{JobRecord, LiveEntry, OutputStream, QueueError};
 use serde_json::json;
 use tokio::time::Instant;
 
-use crate::AppState;
 use crate::auth::Caller;
 use crate::error::ApiError;
-use crate::jobs::{JobView, RECHECK_EVERY, owned, wait_for};
+use crate::pipeline::{RECHECK_EVERY, owned, wait_for};
+use crate::state::AppState;
+use crate::views::JobView;
 
 /// Streams job `id`'s output and then its result.
 #[utoipa::path(
@@ -38,9 +39,9 @@ use crate::jobs::{JobView, RECHECK_EVERY, owned, wait_for};
     tag = "jobs",
     params(crate::jobs::JobId),
     responses(
-        (status = 200, description = "`text/event-stream`: `stdout` and `stderr` events (`{offset, data}`), `restart` if the job is run again, then one `result` event with the job object.", content_type = "text/event-stream", body = crate::openapi::LiveEvent),
-        (status = 404, description = "`not_found`: no such job, or another token's.", body = crate::openapi::ErrorBody),
-        (status = 401, description = "`unauthorized`.", body = crate::openapi::ErrorBody),
+        (status = 200, description = "`text/event-stream`: `stdout` and `stderr` events (`{offset, data}`), `restart` if the job is run again, then one `result` event with the job object.", content_type = "text/event-stream", body = crate::views::LiveEvent),
+        (status = 404, description = "`not_found`: no such job, or another token's.", body = crate::views::ErrorBody),
+        (status = 401, description = "`unauthorized`.", body = crate::views::ErrorBody),
     ),
 )]
 pub async fn stream(

@@ -32,6 +32,7 @@
 mod addresses;
 mod auth;
 mod batches;
+mod callback_urls;
 mod callbacks;
 mod compat;
 mod config;
@@ -42,59 +43,31 @@ mod mcp;
 mod metrics;
 mod openapi;
 mod page;
+mod pipeline;
 mod quotas;
 mod requests;
 mod sessions;
+mod state;
+mod system;
+mod tokens;
+mod views;
 mod waiters;
 
 use std::future::Future;
-use std::sync::Arc;
 
-use axum::extract::{DefaultBodyLimit, State};
-use axum::http::{Method, StatusCode, Uri};
-use axum::response::IntoResponse;
+use axum::extract::DefaultBodyLimit;
+use axum::http::{Method, Uri};
 use axum::routing::get;
-use axum::{Json, Router, middleware};
-use runbox_common::{Language, Queue, QueueError, WorkerInfo, now_unix_ms};
+use axum::{Router, middleware};
 
 pub use config::{ApiConfig, ApiLimits, McpHosts};
 pub use error::ApiError;
 pub use metrics::Metrics;
-use waiters::Waiters;
+pub use state::AppState;
 
 /// After SIGTERM, how long requests in flight may take before the api
 /// exits anyway. Long-polls answer at once with the current state.
 pub const SHUTDOWN_DEADLINE: std::time::Duration = std::time::Duration::from_secs(10);
-
-/// What every handler shares.
-#[derive(Clone)]
-pub struct AppState {
-    config: Arc<ApiConfig>,
-    queue: Queue,
-    waiters: Arc<Waiters>,
-    /// Subscribers to running jobs' live output, woken as it grows.
-    watchers: Arc<Waiters>,
-    metrics: Arc<Metrics>,
-    /// Cancelled on shutdown: long-polls stop waiting and answer.
-    stopping: tokio_util::sync::CancellationToken,
-}
-
-impl AppState {
-    /// Connects (lazily) to Redis and starts the completion listener.
-    pub fn new(config: ApiConfig) -> Result<AppState, QueueError> {
-        let queue = Queue::connect(&config.shared.redis, &config.shared.queue)?;
-        let (waiters, watchers) = (Arc::new(Waiters::default()), Arc::new(Waiters::default()));
-        tokio::spawn(waiters::listen(queue.clone(), waiters.clone(), watchers.clone()));
-        Ok(AppState {
-            config: Arc::new(config),
-            queue,
-            waiters,
-            watchers,
-            metrics: Arc::new(Metrics::new()),
-            stopping: tokio_util::sync::CancellationToken::new(),
-        })
-    }
-}
 
 /// The whole HTTP surface.
 pub fn app(state: AppState) -> Router {
@@ -112,8 +85,8 @@ pub fn app(state: AppState) -> Router {
         .route("/v1/sessions/{id}/exec", axum::routing::post(sessions::exec))
         .route("/v1/sessions/{id}/checkpoints", axum::routing::post(sessions::checkpoint))
         .route("/v1/sessions/{id}/fork", axum::routing::post(sessions::fork))
-        .route("/v1/runtimes", get(runtimes))
-        .route("/metrics", get(metrics))
+        .route("/v1/runtimes", get(system::runtimes))
+        .route("/metrics", get(system::metrics))
         .layer(DefaultBodyLimit::max(state.config.limits.max_body_bytes()))
         .merge(batches)
         .route_layer(middleware::from_fn_with_state(state.clone(), auth::require_token));
@@ -126,8 +99,8 @@ pub fn app(state: AppState) -> Router {
         .merge(v1)
         .merge(mcp)
         .merge(compat::router(&state))
-        .route("/healthz", get(healthz))
-        .route("/readyz", get(readyz))
+        .route("/healthz", get(system::healthz))
+        .route("/readyz", get(system::readyz))
         .route("/openapi.json", get(openapi::serve))
         .route("/", get(page::index))
         .fallback(|method: Method, uri: Uri| async move {
@@ -175,95 +148,4 @@ pub async fn run(
             Ok(())
         }
     }
-}
-
-/// Liveness: the process answers.
-#[utoipa::path(
-    get,
-    path = "/healthz",
-    tag = "service",
-    security(()),
-    responses((status = 200, description = "`{\"status\": \"ok\"}`.", body = openapi::Health)),
-)]
-async fn healthz() -> Json<openapi::Health> {
-    Json(openapi::Health { status: "ok".into() })
-}
-
-/// Readiness: Redis answers.
-#[utoipa::path(
-    get,
-    path = "/readyz",
-    tag = "service",
-    security(()),
-    responses(
-        (status = 200, description = "`{\"status\": \"ready\"}`.", body = openapi::Health),
-        (status = 503, description = "`{\"status\": \"redis unreachable\"}`.", body = openapi::Health),
-    ),
-)]
-async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
-    match state.queue.ping().await {
-        Ok(()) => (StatusCode::OK, Json(openapi::Health { status: "ready".into() })),
-        Err(e) => {
-            tracing::warn!(error = %e, "not ready: redis unreachable");
-            (StatusCode::SERVICE_UNAVAILABLE, Json(openapi::Health { status: "redis unreachable".into() }))
-        }
-    }
-}
-
-/// The languages, the limits, and the live workers.
-#[utoipa::path(
-    get,
-    path = "/v1/runtimes",
-    tag = "service",
-    responses(
-        (status = 200, description = "What can run, within which limits.", body = runbox_common::Runtimes),
-        (status = 401, description = "`unauthorized`.", body = openapi::ErrorBody),
-        (status = 503, description = "`unavailable`.", body = openapi::ErrorBody),
-    ),
-)]
-async fn runtimes(State(state): State<AppState>) -> Result<Json<runbox_common::Runtimes>, ApiError> {
-    let workers = live_workers(&state).await?;
-    let limits = &state.config.limits;
-    Ok(Json(runbox_common::Runtimes {
-        languages: Language::ALL.to_vec(),
-        limits: runbox_common::RuntimeLimits {
-            default_timeout_ms: limits.timeouts.default_ms(),
-            max_timeout_ms: limits.timeouts.max_ms(),
-            max_code_bytes: limits.max_code_bytes,
-            max_stdin_bytes: limits.max_stdin_bytes,
-            max_files_bytes: limits.max_files_bytes,
-            max_queue: limits.max_queue,
-            max_batch: limits.max_batch,
-            max_batch_bytes: limits.max_batch_bytes,
-            max_wait_s: config::MAX_WAIT_S,
-        },
-        workers,
-    }))
-}
-
-/// Prometheus metrics, in the text exposition format.
-#[utoipa::path(
-    get,
-    path = "/metrics",
-    tag = "service",
-    responses(
-        (status = 200, description = "Prometheus text format.", content_type = "text/plain", body = String),
-        (status = 401, description = "`unauthorized`.", body = openapi::ErrorBody),
-        (status = 503, description = "`unavailable`.", body = openapi::ErrorBody),
-    ),
-)]
-async fn metrics(State(state): State<AppState>) -> Result<String, ApiError> {
-    let m = &state.metrics;
-    m.queue_depth.set(i64::try_from(state.queue.depth().await?).unwrap_or(i64::MAX));
-    let oldest = state.queue.oldest_queued_age(now_unix_ms()).await?;
-    m.oldest_queued_age_seconds.set(oldest.map_or(0, |age| i64::try_from(age.as_secs()).unwrap_or(i64::MAX)));
-    m.workers.set(i64::try_from(live_workers(&state).await?.len()).unwrap_or(i64::MAX));
-    m.waiters.set(i64::try_from(state.waiters.len()).unwrap_or(i64::MAX));
-    Ok(m.render())
-}
-
-/// What each worker with a recent heartbeat reports about itself.
-pub(crate) async fn live_workers(state: &AppState) -> Result<Vec<WorkerInfo>, ApiError> {
-    let now = now_unix_ms();
-    Ok(state.queue.workers().await?.into_iter().filter(|w| w.is_live(now)).collect())
 }

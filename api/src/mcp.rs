@@ -47,9 +47,11 @@ use tokio_util::sync::CancellationToken;
 use crate::auth::Caller;
 use crate::config::{ApiLimits, McpHosts};
 use crate::error::ApiError;
+use crate::pipeline;
 use crate::requests::{self, ExecRequest, FieldError, Program, SessionRequest};
-use crate::sessions::{self, SessionView};
-use crate::{AppState, jobs};
+use crate::sessions;
+use crate::state::AppState;
+use crate::views::SessionView;
 
 /// How long a run may wait in the queue, on top of its own time limit,
 /// before `run_code` gives up on it, cancels it and says to retry.
@@ -233,9 +235,17 @@ struct SessionIdArgs {
     session_id: String,
 }
 
-/// A tool's arguments as `T`, or a tool error that names the argument.
-fn arguments<T: serde::de::DeserializeOwned>(args: JsonObject) -> Result<T, ApiError> {
-    Ok(requests::from_value(Value::Object(args))?)
+/// `tool`'s arguments as `T`, or a tool error that names the argument.
+fn arguments<T: serde::de::DeserializeOwned>(args: JsonObject, tool: &str) -> Result<T, ApiError> {
+    requests::from_value(Value::Object(args)).map_err(|error| {
+        // A model reads "argument" and the tool's name better than "field".
+        let message = error.message.replacen("unknown field", "unknown argument", 1).replacen(
+            "this object takes",
+            &format!("{tool} takes"),
+            1,
+        );
+        ApiError::Field(FieldError { message, ..error })
+    })
 }
 
 #[tool_router(router = session_tools, vis = "pub(crate)")]
@@ -257,7 +267,7 @@ impl McpServer {
     ) -> Result<CallToolResult, ErrorData> {
         let caller = caller(&parts)?;
         let created = async {
-            let request = arguments::<CreateSessionArgs>(args)?.request()?;
+            let request = arguments::<CreateSessionArgs>(args, "create_session")?.request()?;
             sessions::create_session(&self.state, &caller, request).await
         };
         Ok(answer(created.await.map(SessionView::from)))
@@ -281,7 +291,7 @@ impl McpServer {
         args: JsonObject,
     ) -> Result<CallToolResult, ErrorData> {
         let caller = caller(&parts)?;
-        let RunInSessionArgs { session_id, code, stdin, timeout_ms } = match arguments(args) {
+        let RunInSessionArgs { session_id, code, stdin, timeout_ms } = match arguments(args, "run_in_session") {
             Ok(args) => args,
             Err(e) => return Ok(tool_error(e)),
         };
@@ -360,7 +370,7 @@ impl McpServer {
 
 /// The `session_id` argument, and nothing else.
 fn session_id(args: JsonObject) -> Result<String, ApiError> {
-    Ok(arguments::<SessionIdArgs>(args)?.session_id)
+    Ok(arguments::<SessionIdArgs>(args, "this tool")?.session_id)
 }
 
 /// A session tool's answer: its value as [`structured`], or its error.
@@ -390,12 +400,12 @@ impl McpServer {
         progress: Option<Progress>,
     ) -> Result<CallToolResult, ApiError> {
         let limits = &self.state.config.limits;
-        let spec = arguments::<RunCodeArgs>(args)?.program()?.validate(limits)?;
-        let queued = jobs::enqueue(&self.state, caller, &spec, None, None, None, None).await?;
+        let spec = arguments::<RunCodeArgs>(args, "run_code")?.program()?.validate(limits)?;
+        let queued = pipeline::enqueue(&self.state, caller, &spec, None, None, None, None).await?;
         // Dropped, and so the job cancelled, when the call is abandoned too.
         let mut pending = CancelOnDrop { state: self.state.clone(), id: Some(queued.id.clone()) };
         let run_for = Duration::from_millis(spec.timeout_ms.unwrap_or(limits.timeouts.default_ms()));
-        let waiting = jobs::wait_for(&self.state, &queued.id, run_for + QUEUE_PATIENCE);
+        let waiting = pipeline::wait_for(&self.state, &queued.id, run_for + QUEUE_PATIENCE);
         let record = match progress {
             Some(progress) => tokio::select! {
                 record = waiting => record,
@@ -446,7 +456,7 @@ impl Progress {
             }
             tokio::select! {
                 () = grew => {}
-                () = tokio::time::sleep(jobs::RECHECK_EVERY) => {}
+                () = tokio::time::sleep(pipeline::RECHECK_EVERY) => {}
             }
         }
     }

@@ -17,21 +17,23 @@ use runbox_common::{
     CheckpointInfo, Compare, FileEncoding, Language, OutputFile, RuntimeLimits, Runtimes, SessionStatus, Status,
     Timings, Verdict, WorkerInfo,
 };
-use serde::Serialize;
 use serde_json::{Value, json};
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
-use utoipa::{Modify, OpenApi, ToSchema};
+use utoipa::{Modify, OpenApi};
 
-use crate::AppState;
-use crate::batches::{BatchStatus, BatchView};
+use crate::state::AppState;
+
 use crate::config::{ApiLimits, SessionLimits};
 use crate::error::BatchItemError;
-use crate::jobs::JobView;
+
 use crate::requests::{
     self, BatchRequest, CaseRequest, CasesBatch, ExecRequest, FilePath, FileRequest, JobRequest, JobsBatch,
     LanguageName, Program, ReturnFilesRequest, SessionLanguage, SessionRequest,
 };
-use crate::sessions::{ExecSession, ExecView, SessionView};
+use crate::views::{
+    Accepted, BatchAccepted, BatchStatus, BatchView, ErrorBody, ErrorDetail, ExecSession, ExecView, Health, JobView,
+    LiveEvent, LiveEventName, SessionList, SessionView,
+};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -57,10 +59,10 @@ use crate::sessions::{ExecSession, ExecView, SessionView};
         crate::sessions::exec,
         crate::sessions::checkpoint,
         crate::sessions::fork,
-        crate::runtimes,
-        crate::metrics,
-        crate::healthz,
-        crate::readyz,
+        crate::system::runtimes,
+        crate::system::metrics,
+        crate::system::healthz,
+        crate::system::readyz,
         serve,
     ),
     components(schemas(
@@ -163,77 +165,6 @@ const BASE64: &str = "^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/][AQgw]==|[A-Za-z0-9+
 )]
 pub async fn serve(State(state): State<AppState>) -> Json<Value> {
     Json(document(&state))
-}
-
-/// One Server-Sent Event of `GET /v1/jobs/{id}/events` (and of a session
-/// exec asked for with `Accept: text/event-stream`): its name and its data.
-#[derive(Serialize, ToSchema)]
-#[allow(dead_code)]
-pub struct LiveEvent {
-    event: LiveEventName,
-    /// JSON: `{"offset", "data"}` for a chunk of `stdout` or `stderr`, `{}`
-    /// for `restart`, the job object for `result`, `{"error", "message"}`
-    /// for `error`.
-    data: String,
-}
-
-#[derive(Serialize, ToSchema)]
-#[serde(rename_all = "snake_case")]
-#[allow(dead_code)]
-pub enum LiveEventName {
-    Stdout,
-    Stderr,
-    Restart,
-    Result,
-    Error,
-}
-
-/// A job (or session exec) still running: poll `GET /v1/jobs/{id}`.
-#[derive(Serialize, ToSchema)]
-pub struct Accepted {
-    pub id: String,
-    pub status: Status,
-}
-
-/// A queued batch and its jobs, in order.
-#[derive(Serialize, ToSchema)]
-pub struct BatchAccepted {
-    pub id: String,
-    pub job_ids: Vec<String>,
-}
-
-/// The caller's live sessions.
-#[derive(Serialize, ToSchema)]
-pub struct SessionList {
-    pub sessions: Vec<SessionView>,
-}
-
-/// `/healthz` and `/readyz`.
-#[derive(Serialize, ToSchema)]
-pub struct Health {
-    /// `ok`, `ready`, or why not ready.
-    pub status: String,
-}
-
-/// Every error: what went wrong, and what to do about it.
-#[derive(Serialize, ToSchema)]
-pub struct ErrorBody {
-    pub error: ErrorDetail,
-}
-
-#[derive(Serialize, ToSchema)]
-pub struct ErrorDetail {
-    /// Stable snake_case code, e.g. `invalid_field`, `not_found`, `queue_full`.
-    pub code: String,
-    /// What to fix, for a person.
-    pub message: String,
-    /// With `invalid_field`, `unknown_field` and a field's `…_too_large`:
-    /// the field, as a path into the body (`timeout_ms`, `files[2].path`).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub field: Option<String>,
-    /// With `invalid_batch`: each invalid job, by index.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub jobs: Option<Vec<BatchItemError>>,
 }
 
 #[cfg(test)]

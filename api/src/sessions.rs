@@ -20,16 +20,17 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use runbox_common::{
     CheckpointInfo, JobRecord, JobSpec, Language, Outcome, Recovery, Sent, SessionOp, SessionRecord, SessionStatus,
-    SessionTask, Status, now_rfc3339, now_unix_ms, rfc3339_at_unix_ms,
+    SessionTask, Status, now_rfc3339, now_unix_ms,
 };
-use serde::Serialize;
 use serde_json::Value;
 
-use crate::AppState;
 use crate::auth::Caller;
 use crate::error::ApiError;
-use crate::jobs::{self, JobView, json_body, wait_for};
+use crate::pipeline::{self, wait_for};
+use crate::requests::json_body;
 use crate::requests::{self, ExecRequest, SessionRequest};
+use crate::state::AppState;
+use crate::views::{ExecSession, ExecView, JobView, SessionView};
 
 /// How long creating a session waits for a worker to open it before
 /// answering 202 with the session still `starting`.
@@ -45,65 +46,6 @@ const LIVENESS_EVERY: Duration = Duration::from_secs(2);
 /// How long taking a checkpoint may take before the api gives up waiting.
 const CHECKPOINT_WAIT: Duration = Duration::from_secs(120);
 
-/// The session object every route returns.
-#[derive(Serialize, utoipa::ToSchema)]
-pub struct SessionView {
-    id: String,
-    language: Language,
-    status: SessionStatus,
-    /// The worker holding its process.
-    worker: Option<String>,
-    created_at: String,
-    last_used_at: String,
-    idle_timeout_s: u64,
-    /// When its lifetime ends.
-    expires_at: String,
-    execs: u64,
-    checkpoints: Vec<CheckpointInfo>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    ended_reason: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    restored_from: Option<String>,
-}
-
-impl From<SessionRecord> for SessionView {
-    fn from(r: SessionRecord) -> Self {
-        SessionView {
-            id: r.id,
-            language: r.language,
-            status: r.status,
-            worker: r.worker,
-            created_at: r.created_at,
-            last_used_at: rfc3339_at_unix_ms(r.last_used_ms),
-            idle_timeout_s: r.idle_timeout_s,
-            expires_at: rfc3339_at_unix_ms(r.expires_at_ms),
-            execs: r.execs,
-            checkpoints: r.checkpoints,
-            ended_reason: r.ended_reason,
-            restored_from: r.restored_from,
-        }
-    }
-}
-
-/// An exec's answer: the job object, plus what happened to the session.
-#[derive(Serialize, utoipa::ToSchema)]
-pub struct ExecView {
-    #[serde(flatten)]
-    job: JobView,
-    session: ExecSession,
-}
-
-/// The session an exec ran in, as it is after the exec.
-#[derive(Serialize, utoipa::ToSchema)]
-pub struct ExecSession {
-    id: String,
-    status: SessionStatus,
-    /// Set when the session was brought back from this checkpoint during
-    /// the call: what ran after the checkpoint is gone.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    restored_from: Option<String>,
-}
-
 /// Starts a session and waits for a worker to open it.
 #[utoipa::path(
     post,
@@ -113,13 +55,13 @@ pub struct ExecSession {
     responses(
         (status = 201, description = "Open and idle.", body = SessionView),
         (status = 202, description = "Still `starting`; poll `GET /v1/sessions/{id}`.", body = SessionView),
-        (status = 400, description = "`invalid_json`, `invalid_field` or `unknown_field`.", body = crate::openapi::ErrorBody),
-        (status = 404, description = "`no_checkpoint`: `from_checkpoint` names no checkpoint of the caller's.", body = crate::openapi::ErrorBody),
-        (status = 413, description = "`payload_too_large`.", body = crate::openapi::ErrorBody),
-        (status = 415, description = "`unsupported_media_type`.", body = crate::openapi::ErrorBody),
-        (status = 429, description = "`too_many_sessions` or `quota_exceeded`.", body = crate::openapi::ErrorBody),
-        (status = 401, description = "`unauthorized`.", body = crate::openapi::ErrorBody),
-        (status = 503, description = "`unavailable`, or `session_unavailable`: no worker could open or reach it.", body = crate::openapi::ErrorBody),
+        (status = 400, description = "`invalid_json`, `invalid_field` or `unknown_field`.", body = crate::views::ErrorBody),
+        (status = 404, description = "`no_checkpoint`: `from_checkpoint` names no checkpoint of the caller's.", body = crate::views::ErrorBody),
+        (status = 413, description = "`payload_too_large`.", body = crate::views::ErrorBody),
+        (status = 415, description = "`unsupported_media_type`.", body = crate::views::ErrorBody),
+        (status = 429, description = "`too_many_sessions` or `quota_exceeded`.", body = crate::views::ErrorBody),
+        (status = 401, description = "`unauthorized`.", body = crate::views::ErrorBody),
+        (status = 503, description = "`unavailable`, or `session_unavailable`: no worker could open or reach it.", body = crate::views::ErrorBody),
     ),
 )]
 pub async fn create(
@@ -139,9 +81,9 @@ pub async fn create(
     path = "/v1/sessions",
     tag = "sessions",
     responses(
-        (status = 200, description = "The caller's live sessions.", body = crate::openapi::SessionList),
-        (status = 401, description = "`unauthorized`.", body = crate::openapi::ErrorBody),
-        (status = 503, description = "`unavailable`.", body = crate::openapi::ErrorBody),
+        (status = 200, description = "The caller's live sessions.", body = crate::views::SessionList),
+        (status = 401, description = "`unauthorized`.", body = crate::views::ErrorBody),
+        (status = 503, description = "`unavailable`.", body = crate::views::ErrorBody),
     ),
 )]
 pub async fn list(State(state): State<AppState>, caller: Caller) -> Result<Json<Value>, ApiError> {
@@ -158,9 +100,9 @@ pub async fn list(State(state): State<AppState>, caller: Caller) -> Result<Json<
     params(SessionId),
     responses(
         (status = 200, description = "The session.", body = SessionView),
-        (status = 401, description = "`unauthorized`.", body = crate::openapi::ErrorBody),
-        (status = 404, description = "`no_session`.", body = crate::openapi::ErrorBody),
-        (status = 503, description = "`unavailable`.", body = crate::openapi::ErrorBody),
+        (status = 401, description = "`unauthorized`.", body = crate::views::ErrorBody),
+        (status = 404, description = "`no_session`.", body = crate::views::ErrorBody),
+        (status = 503, description = "`unavailable`.", body = crate::views::ErrorBody),
     ),
 )]
 pub async fn get(
@@ -179,11 +121,11 @@ pub async fn get(
     params(SessionId),
     responses(
         (status = 200, description = "The session, now `closed`.", body = SessionView),
-        (status = 409, description = "`session_busy`: it moved to another worker meanwhile.", body = crate::openapi::ErrorBody),
-        (status = 404, description = "`no_session`: no such session, or another token's.", body = crate::openapi::ErrorBody),
-        (status = 410, description = "`session_closed`, `session_expired` or `session_lost`: it has ended.", body = crate::openapi::ErrorBody),
-        (status = 401, description = "`unauthorized`.", body = crate::openapi::ErrorBody),
-        (status = 503, description = "`unavailable`, or `session_unavailable`: no worker could open or reach it.", body = crate::openapi::ErrorBody),
+        (status = 409, description = "`session_busy`: it moved to another worker meanwhile.", body = crate::views::ErrorBody),
+        (status = 404, description = "`no_session`: no such session, or another token's.", body = crate::views::ErrorBody),
+        (status = 410, description = "`session_closed`, `session_expired` or `session_lost`: it has ended.", body = crate::views::ErrorBody),
+        (status = 401, description = "`unauthorized`.", body = crate::views::ErrorBody),
+        (status = 503, description = "`unavailable`, or `session_unavailable`: no worker could open or reach it.", body = crate::views::ErrorBody),
     ),
 )]
 pub async fn destroy(
@@ -204,16 +146,16 @@ pub async fn destroy(
     request_body(content = ExecRequest, content_type = "application/json"),
     responses(
         (status = 200, description = "The exec's job, and the session after it. With `Accept: text/event-stream`: the exec's output as it is written, then its job object, as `GET /v1/jobs/{id}/events` streams them.", body = ExecView),
-        (status = 202, description = "Still running after its timeout plus a margin; poll `GET /v1/jobs/{id}`.", body = crate::openapi::Accepted),
-        (status = 400, description = "`invalid_json`, `invalid_field` or `unknown_field`.", body = crate::openapi::ErrorBody),
-        (status = 409, description = "`session_busy`: another exec or a checkpoint is running, or it is starting.", body = crate::openapi::ErrorBody),
-        (status = 413, description = "`payload_too_large`, `code_too_large` or `stdin_too_large`.", body = crate::openapi::ErrorBody),
-        (status = 415, description = "`unsupported_media_type`.", body = crate::openapi::ErrorBody),
-        (status = 429, description = "`quota_exceeded`.", body = crate::openapi::ErrorBody),
-        (status = 404, description = "`no_session`: no such session, or another token's.", body = crate::openapi::ErrorBody),
-        (status = 410, description = "`session_closed`, `session_expired` or `session_lost`: it has ended.", body = crate::openapi::ErrorBody),
-        (status = 401, description = "`unauthorized`.", body = crate::openapi::ErrorBody),
-        (status = 503, description = "`unavailable`, or `session_unavailable`: no worker could open or reach it.", body = crate::openapi::ErrorBody),
+        (status = 202, description = "Still running after its timeout plus a margin; poll `GET /v1/jobs/{id}`.", body = crate::views::Accepted),
+        (status = 400, description = "`invalid_json`, `invalid_field` or `unknown_field`.", body = crate::views::ErrorBody),
+        (status = 409, description = "`session_busy`: another exec or a checkpoint is running, or it is starting.", body = crate::views::ErrorBody),
+        (status = 413, description = "`payload_too_large`, `code_too_large` or `stdin_too_large`.", body = crate::views::ErrorBody),
+        (status = 415, description = "`unsupported_media_type`.", body = crate::views::ErrorBody),
+        (status = 429, description = "`quota_exceeded`.", body = crate::views::ErrorBody),
+        (status = 404, description = "`no_session`: no such session, or another token's.", body = crate::views::ErrorBody),
+        (status = 410, description = "`session_closed`, `session_expired` or `session_lost`: it has ended.", body = crate::views::ErrorBody),
+        (status = 401, description = "`unauthorized`.", body = crate::views::ErrorBody),
+        (status = 503, description = "`unavailable`, or `session_unavailable`: no worker could open or reach it.", body = crate::views::ErrorBody),
     ),
 )]
 pub async fn exec(
@@ -247,12 +189,12 @@ pub async fn exec(
     params(SessionId),
     responses(
         (status = 201, description = "The checkpoint stored.", body = CheckpointInfo),
-        (status = 409, description = "`session_busy`.", body = crate::openapi::ErrorBody),
-        (status = 422, description = "`checkpoint_failed`: the session's state could not be saved.", body = crate::openapi::ErrorBody),
-        (status = 404, description = "`no_session`: no such session, or another token's.", body = crate::openapi::ErrorBody),
-        (status = 410, description = "`session_closed`, `session_expired` or `session_lost`: it has ended.", body = crate::openapi::ErrorBody),
-        (status = 401, description = "`unauthorized`.", body = crate::openapi::ErrorBody),
-        (status = 503, description = "`unavailable`, or `session_unavailable`: no worker could open or reach it.", body = crate::openapi::ErrorBody),
+        (status = 409, description = "`session_busy`.", body = crate::views::ErrorBody),
+        (status = 422, description = "`checkpoint_failed`: the session's state could not be saved.", body = crate::views::ErrorBody),
+        (status = 404, description = "`no_session`: no such session, or another token's.", body = crate::views::ErrorBody),
+        (status = 410, description = "`session_closed`, `session_expired` or `session_lost`: it has ended.", body = crate::views::ErrorBody),
+        (status = 401, description = "`unauthorized`.", body = crate::views::ErrorBody),
+        (status = 503, description = "`unavailable`, or `session_unavailable`: no worker could open or reach it.", body = crate::views::ErrorBody),
     ),
 )]
 pub async fn checkpoint(
@@ -273,13 +215,13 @@ pub async fn checkpoint(
     responses(
         (status = 201, description = "The new session, open and idle.", body = SessionView),
         (status = 202, description = "The new session, still `starting`.", body = SessionView),
-        (status = 409, description = "`session_busy`.", body = crate::openapi::ErrorBody),
-        (status = 422, description = "`checkpoint_failed`.", body = crate::openapi::ErrorBody),
-        (status = 429, description = "`too_many_sessions` or `quota_exceeded`.", body = crate::openapi::ErrorBody),
-        (status = 404, description = "`no_session`: no such session, or another token's.", body = crate::openapi::ErrorBody),
-        (status = 410, description = "`session_closed`, `session_expired` or `session_lost`: it has ended.", body = crate::openapi::ErrorBody),
-        (status = 401, description = "`unauthorized`.", body = crate::openapi::ErrorBody),
-        (status = 503, description = "`unavailable`, or `session_unavailable`: no worker could open or reach it.", body = crate::openapi::ErrorBody),
+        (status = 409, description = "`session_busy`.", body = crate::views::ErrorBody),
+        (status = 422, description = "`checkpoint_failed`.", body = crate::views::ErrorBody),
+        (status = 429, description = "`too_many_sessions` or `quota_exceeded`.", body = crate::views::ErrorBody),
+        (status = 404, description = "`no_session`: no such session, or another token's.", body = crate::views::ErrorBody),
+        (status = 410, description = "`session_closed`, `session_expired` or `session_lost`: it has ended.", body = crate::views::ErrorBody),
+        (status = 401, description = "`unauthorized`.", body = crate::views::ErrorBody),
+        (status = 503, description = "`unavailable`, or `session_unavailable`: no worker could open or reach it.", body = crate::views::ErrorBody),
     ),
 )]
 pub async fn fork(State(state): State<AppState>, caller: Caller, Path(id): Path<String>) -> Result<Response, ApiError> {
@@ -492,7 +434,7 @@ async fn start(
     expires_at_ms: u64,
 ) -> Result<SessionRecord, ApiError> {
     let op = SessionOp::Start { owner: caller.0.clone(), checkpoint, idle_timeout_ms, expires_at_ms };
-    let job = jobs::enqueue(state, caller, &step(language, id, op), None, None, None, None).await?.id;
+    let job = pipeline::enqueue(state, caller, &step(language, id, op), None, None, None, None).await?.id;
     let record = wait_for(state, &job, START_WAIT).await?;
     match record.and_then(|r| r.outcome.filter(|_| r.status.is_final())) {
         None => {}

@@ -38,13 +38,13 @@ use runbox_common::{Compare, JobRecord, Language, Outcome, Status, Verdict};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
-use crate::AppState;
 use crate::auth::{Caller, bearer, identify};
-use crate::callbacks;
+use crate::callback_urls;
 use crate::config::MAX_WAIT_S;
 use crate::error::ApiError;
-use crate::jobs::{enqueue, owned, wait_for};
+use crate::pipeline::{enqueue, owned, wait_for};
 use crate::requests::{FieldError, Program};
+use crate::state::AppState;
 
 /// The Judge0 version this API answers as; the SDK picks its language
 /// table by it.
@@ -276,7 +276,7 @@ pub struct Limits {
 impl Limits {
     async fn of(state: &AppState) -> Result<Limits, ApiError> {
         let timeouts = &state.config.limits.timeouts;
-        let workers = crate::live_workers(state).await?;
+        let workers = crate::system::live_workers(state).await?;
         let memory_kb = workers.iter().map(|w| u64::from(w.memory_mb) * 1024).min().unwrap_or(DEFAULT_MEMORY_KB);
         Ok(Limits {
             default_time: timeouts.default_ms() as f64 / 1000.0,
@@ -815,10 +815,11 @@ async fn submit(
     let (job, note) = translate(fields, base64, limits)?;
     let spec = job.validate(&state.config.limits).map_err(Judge0Error::from_spec)?;
     let callback_url = note.callback_url.clone();
-    let callback = callbacks::check_url(state, &caller.0, callback_url).await.map_err(|e| match e {
-        ApiError::Field(error) => Judge0Error::field("callback_url", error.message),
-        other => Judge0Error::Api(other),
-    })?;
+    let callback =
+        callback_urls::check_url(&state.config.callbacks, &caller.0, callback_url).await.map_err(|e| match e {
+            ApiError::Field(error) => Judge0Error::field("callback_url", error.message),
+            other => Judge0Error::Api(other),
+        })?;
     let note = serde_json::to_string(&note).map_err(|e| ApiError::InvalidJson(e.to_string()))?;
     let token = enqueue(state, caller, &spec, None, None, callback.as_deref(), Some(&note)).await?.id;
     Ok(token)
@@ -970,8 +971,8 @@ async fn config_info(State(state): State<AppState>) -> Result<Json<Value>, Judge
         "enable_command_line_arguments": true,
         "enable_submission_delete": false,
         "enable_callbacks": true,
-        "callbacks_max_tries": callbacks::ATTEMPTS,
-        "callbacks_timeout": callbacks::ATTEMPT_TIMEOUT.as_secs_f64(),
+        "callbacks_max_tries": callback_urls::ATTEMPTS,
+        "callbacks_timeout": callback_urls::ATTEMPT_TIMEOUT.as_secs_f64(),
         "enable_additional_files": false,
         "max_queue_size": state.config.limits.max_queue,
         "cpu_time_limit": limits.default_time,
@@ -1015,7 +1016,7 @@ async fn system_info(State(state): State<AppState>) -> Result<Json<Value>, Judge
         .find_map(|l| l.strip_prefix("MemTotal:"))
         .and_then(|rest| rest.split_whitespace().next())
         .and_then(|kb| kb.parse::<u64>().ok());
-    let workers = crate::live_workers(&state).await?;
+    let workers = crate::system::live_workers(&state).await?;
     Ok(Json(json!({
         "Architecture": std::env::consts::ARCH,
         "CPU(s)": cpus.to_string(),

@@ -25,8 +25,8 @@ use axum::middleware::Next;
 use axum::response::Response;
 use runbox_common::JobRecord;
 
-use crate::AppState;
 use crate::auth::{bearer, identify};
+use crate::state::AppState;
 
 /// Every compatible API's routes, each with its own token check.
 pub fn router(state: &AppState) -> Router<AppState> {

@@ -29,11 +29,11 @@ use base64::Engine;
 use runbox_common::{FileEncoding, JobRecord, Language, Status};
 use serde_json::{Map, Value, json};
 
-use crate::AppState;
 use crate::auth::Caller;
 use crate::error::ApiError;
-use crate::jobs::{enqueue, owned, wait_for};
+use crate::pipeline::{enqueue, owned, wait_for};
 use crate::requests::{FileRequest, Program};
+use crate::state::AppState;
 
 /// Where the API is mounted; the segment after it is the token, unless it
 /// is `api` (then a bearer header must carry the token).

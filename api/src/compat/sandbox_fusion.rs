@@ -47,12 +47,12 @@ use serde::Serialize;
 use serde_json::{Map, Value, json};
 use tokio::time::Instant;
 
-use crate::AppState;
 use crate::auth::Caller;
 use crate::error::ApiError;
-use crate::jobs::{enqueue, owned, wait_for};
+use crate::pipeline::{enqueue, owned, wait_for};
 use crate::requests::{ExecRequest, FilePath, FileRequest, MAX_MEMORY_MB, Program, ReturnFilesRequest, SessionRequest};
 use crate::sessions;
+use crate::state::AppState;
 
 /// Where the API is mounted; the segment after it is the token, unless it
 /// is the route itself (then a bearer header must carry the token).

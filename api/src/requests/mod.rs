@@ -16,8 +16,6 @@ mod batch;
 mod job;
 mod session;
 
-use std::fmt;
-
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Deserializer};
 
@@ -29,48 +27,12 @@ pub use job::{
 pub use session::{ExecRequest, SessionLanguage, SessionRequest};
 
 use crate::config::MAX_WAIT_S;
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::http::{HeaderMap, header};
+
 use crate::error::ApiError;
-
-/// What is wrong with one field of a request: which field, a code a client
-/// can match on, and what to fix.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
-pub struct FieldError {
-    /// The field, as a path into the body: `timeout_ms`, `files[2].path`.
-    pub field: String,
-    /// `invalid_field`, `unknown_field`, or `…_too_large` (413).
-    #[schema(value_type = String)]
-    pub code: &'static str,
-    pub message: String,
-}
-
-impl FieldError {
-    /// A field whose value is wrong.
-    pub fn invalid(field: impl Into<String>, message: impl Into<String>) -> FieldError {
-        FieldError { field: field.into(), code: "invalid_field", message: message.into() }
-    }
-
-    /// A field the body does not have.
-    pub fn unknown(field: impl Into<String>, message: impl Into<String>) -> FieldError {
-        FieldError { field: field.into(), code: "unknown_field", message: message.into() }
-    }
-
-    /// A field larger than its limit: `code` names which (`code_too_large`).
-    pub fn too_large(field: impl Into<String>, code: &'static str, message: impl Into<String>) -> FieldError {
-        FieldError { field: field.into(), code, message: message.into() }
-    }
-
-    /// The same error, for the field as part of `outer` (`jobs[3]`).
-    pub fn within(self, outer: &str) -> FieldError {
-        let field = if self.field.is_empty() { outer.to_owned() } else { format!("{outer}.{}", self.field) };
-        FieldError { field, ..self }
-    }
-}
-
-impl fmt::Display for FieldError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.message)
-    }
-}
+pub use crate::error::FieldError;
 
 /// Reads a JSON request body as `T`, or says what is wrong with it: not
 /// JSON, not an object, or which field is not what `T` takes.
@@ -170,12 +132,6 @@ pub fn whole(number: &serde_json::Number) -> Option<u64> {
     })
 }
 
-impl From<FieldError> for ApiError {
-    fn from(error: FieldError) -> ApiError {
-        ApiError::Field(error)
-    }
-}
-
 /// Parses the `wait` query parameter: whole seconds, 0 to [`MAX_WAIT_S`].
 pub fn wait_seconds(raw: Option<&str>) -> Result<u64, ApiError> {
     match raw {
@@ -185,6 +141,43 @@ pub fn wait_seconds(raw: Option<&str>) -> Result<u64, ApiError> {
             _ => Err(ApiError::InvalidWait(MAX_WAIT_S)),
         },
     }
+}
+
+/// Longest `Idempotency-Key` accepted.
+const MAX_IDEMPOTENCY_KEY: usize = 255;
+
+/// The request's `Idempotency-Key`, if any: 1 to 255 printable ASCII characters.
+pub(crate) fn idempotency_key(headers: &HeaderMap) -> Result<Option<&str>, ApiError> {
+    let Some(value) = headers.get("idempotency-key") else { return Ok(None) };
+    match value.to_str() {
+        Ok(key) if !key.is_empty() && key.len() <= MAX_IDEMPOTENCY_KEY && key.bytes().all(|b| b.is_ascii_graphic()) => {
+            Ok(Some(key))
+        }
+        _ => Err(ApiError::invalid(
+            "Idempotency-Key",
+            format!("Idempotency-Key must be 1 to {MAX_IDEMPOTENCY_KEY} printable ASCII characters without spaces"),
+        )),
+    }
+}
+
+/// The body of a JSON request, or the error that says what is wrong with it.
+pub(crate) fn json_body(
+    headers: &HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+    limit: usize,
+) -> Result<Bytes, ApiError> {
+    let is_json = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .is_some_and(|v| v.trim().eq_ignore_ascii_case("application/json"));
+    if !is_json {
+        return Err(ApiError::UnsupportedMediaType);
+    }
+    body.map_err(|rejection| ApiError::TooLarge {
+        code: "payload_too_large",
+        message: format!("request body rejected ({rejection}); the limit is {limit} bytes"),
+    })
 }
 
 #[cfg(test)]

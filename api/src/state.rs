@@ -1,0 +1,40 @@
+//! What every handler shares: the settings, the queue, the waiters and
+//! the metrics.
+
+use std::sync::Arc;
+
+use runbox_common::{Queue, QueueError};
+
+use crate::config::ApiConfig;
+use crate::metrics::Metrics;
+use crate::waiters::{self, Waiters};
+
+/// What every handler shares.
+#[derive(Clone)]
+pub struct AppState {
+    pub(crate) config: Arc<ApiConfig>,
+    pub(crate) queue: Queue,
+    pub(crate) waiters: Arc<Waiters>,
+    /// Subscribers to running jobs' live output, woken as it grows.
+    pub(crate) watchers: Arc<Waiters>,
+    pub(crate) metrics: Arc<Metrics>,
+    /// Cancelled on shutdown: long-polls stop waiting and answer.
+    pub(crate) stopping: tokio_util::sync::CancellationToken,
+}
+
+impl AppState {
+    /// Connects (lazily) to Redis and starts the completion listener.
+    pub fn new(config: ApiConfig) -> Result<AppState, QueueError> {
+        let queue = Queue::connect(&config.shared.redis, &config.shared.queue)?;
+        let (waiters, watchers) = (Arc::new(Waiters::default()), Arc::new(Waiters::default()));
+        tokio::spawn(waiters::listen(queue.clone(), waiters.clone(), watchers.clone()));
+        Ok(AppState {
+            config: Arc::new(config),
+            queue,
+            waiters,
+            watchers,
+            metrics: Arc::new(Metrics::new()),
+            stopping: tokio_util::sync::CancellationToken::new(),
+        })
+    }
+}
