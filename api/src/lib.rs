@@ -6,28 +6,33 @@
 //!
 //! # Layout
 //!
-//! - `jobs`: the `/v1/jobs` handlers and the job object.
-//! - `events`: `/v1/jobs/{id}/events`, a job's output as it is written
-//!   (Server-Sent Events).
-//! - `batches`: the `/v1/batches` handlers: many jobs as one.
-//! - `sessions`: the `/v1/sessions` handlers: state that lasts across execs.
-//! - `mcp`: `/mcp`, the same jobs as Model Context Protocol tools.
+//! From the bottom up; each module uses only those above it in this list.
+//!
+//! - `error`: every error, its one mapping to an HTTP response, and
+//!   [`FieldError`](error::FieldError), a request field that is wrong.
+//! - `addresses`: which IP addresses are public, for anything the api
+//!   connects to on a user's behalf.
+//! - `tokens`, `quotas`, `callback_urls`: the bearer tokens (compared in
+//!   constant time), what each token may queue and submit, and where a
+//!   callback may go with which secret.
+//! - `config`: settings, read from the environment once.
+//! - `requests`: each request body as one type that parses it and
+//!   documents it, and the checks that turn it into a job spec.
+//! - `views`: the job, batch and session objects the native API answers.
+//! - `metrics`, `waiters`, `state`: every metric, the long-poll and
+//!   live-output fan-out over one subscription, and what handlers share.
+//! - `auth`: the bearer check in front of every `/v1` route.
+//! - `pipeline`: sign and enqueue a job, and wait for it: the one path of
+//!   every surface.
+//! - `jobs`, `events`, `batches`, `sessions`, `system`: the native routes
+//!   (`/v1/jobs`, its live output as Server-Sent Events, `/v1/batches`,
+//!   `/v1/sessions`, and `/healthz`, `/readyz`, `/v1/runtimes`, `/metrics`).
+//! - `mcp`: `/mcp`, the same jobs and sessions as Model Context Protocol tools.
 //! - `compat`: Judge0-, Piston- and SandboxFusion-compatible APIs, translated
 //!   into jobs and sessions.
 //! - `callbacks`: signed delivery of finished jobs and batches to `callback_url`.
-//! - `addresses`: which IP addresses are public, for anything the api
-//!   connects to on a user's behalf.
-//! - `requests`: each request body as one type that parses and documents it,
-//!   and the checks that turn it into a job spec, with errors naming the field.
-//! - `auth`: bearer tokens, compared in constant time.
-//! - `quotas`: what each token may have queued and submit per second.
-//! - `waiters`: long-poll and live-output fan-out over one pub/sub
-//!   subscription.
-//! - `error`: the one mapping from errors to HTTP responses.
 //! - `openapi`: `/openapi.json`, the native API described from these types.
 //! - `page`: `/`, a page for people to run code from a browser.
-//! - `metrics`: every metric the api exports.
-//! - `config`: settings, read from the environment once.
 
 mod addresses;
 mod auth;
