@@ -20,7 +20,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use runbox_common::{
     CheckpointInfo, JobRecord, JobSpec, Language, Outcome, Recovery, Sent, SessionOp, SessionRecord, SessionStatus,
-    SessionTask, Status, now_rfc3339, now_unix_ms,
+    SessionTask, Status, StepResult, now_rfc3339, now_unix_ms,
 };
 use serde_json::Value;
 
@@ -412,9 +412,8 @@ pub(crate) async fn take_checkpoint(state: &AppState, caller: &Caller, id: &str)
     let record = wait_on_worker(state, &job, &worker, CHECKPOINT_WAIT).await?;
     let outcome = record.and_then(|r| r.outcome.filter(|_| r.status.is_final()));
     match outcome {
-        Some(Outcome { status: Status::Completed, exit_code: Some(0), stdout, .. }) => serde_json::from_str(&stdout)
-            .map_err(|e| ApiError::CheckpointFailed(format!("the worker's answer was unreadable: {e}"))),
-        Some(Outcome { status: Status::Completed, stderr, .. }) => Err(ApiError::CheckpointFailed(stderr)),
+        Some(Outcome { step: Some(StepResult::Checkpointed { checkpoint }), .. }) => Ok(checkpoint),
+        Some(Outcome { step: Some(StepResult::Failed { reason }), .. }) => Err(ApiError::CheckpointFailed(reason)),
         Some(outcome) => Err(ApiError::SessionUnavailable(format!(
             "the checkpoint did not finish ({}); the session's worker may have stopped",
             outcome.status.as_str()
@@ -437,8 +436,10 @@ async fn start(
     let job = pipeline::enqueue(state, caller, &step(language, id, op), None, None, None, None).await?.id;
     let record = wait_for(state, &job, START_WAIT).await?;
     match record.and_then(|r| r.outcome.filter(|_| r.status.is_final())) {
-        None => {}
-        Some(Outcome { status: Status::Completed, exit_code: Some(0), .. }) => {}
+        None | Some(Outcome { step: Some(StepResult::Done), .. }) => {}
+        Some(Outcome { step: Some(StepResult::Failed { reason }), .. }) => {
+            return Err(ApiError::SessionUnavailable(format!("no worker could open the session: {reason}")));
+        }
         Some(outcome) => {
             let why = if outcome.stderr.is_empty() { outcome.status.as_str().to_owned() } else { outcome.stderr };
             return Err(ApiError::SessionUnavailable(format!("no worker could open the session: {why}")));

@@ -7,7 +7,7 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
-use crate::{Language, SessionTask};
+use crate::{Language, SessionTask, StepResult};
 
 /// One program to run, as the worker receives it.
 ///
@@ -388,6 +388,11 @@ pub struct Outcome {
     /// counts is in docs/api.md); None where nothing ran.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub peak_memory_bytes: Option<u64>,
+    /// What a session's start, checkpoint or destroy came to; None for a
+    /// program's run (a job, or a session's exec), which its status and
+    /// exit code say.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step: Option<StepResult>,
 }
 
 impl Outcome {
@@ -422,6 +427,7 @@ impl Outcome {
             warm: false,
             cpu_ms: None,
             peak_memory_bytes: None,
+            step: None,
         }
     }
 }

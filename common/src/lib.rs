@@ -80,7 +80,9 @@ pub use queue::{
     BatchJob, BatchRecord, CallbackDue, Cancelled, Claimed, Enqueued, Idempotency, JobRecord, JobSummary, NewJob,
     OverQuota, Queue, QueueError, Quota, Timings,
 };
-pub use session::{Checkpoint, CheckpointInfo, Recovery, Sent, SessionOp, SessionRecord, SessionStatus, SessionTask};
+pub use session::{
+    Checkpoint, CheckpointInfo, Recovery, Sent, SessionOp, SessionRecord, SessionStatus, SessionTask, StepResult,
+};
 pub use sign::{MIN_SIGNING_KEY_BYTES, SigningKey};
 pub use time::{now_rfc3339, now_unix_ms, rfc3339_at_unix_ms};
 pub use verdict::OutputDigest;

@@ -166,3 +166,17 @@ pub struct Checkpoint {
     /// Compressed, as the worker stored it.
     pub data: Vec<u8>,
 }
+
+/// What a session step that runs no program (its start, a checkpoint, its
+/// destroy) came to, carried in its job's [`Outcome`](crate::Outcome) as
+/// `step`. An exec answers as any job does.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "step", rename_all = "snake_case")]
+pub enum StepResult {
+    /// The session's process is open (a start), or has ended (a destroy).
+    Done,
+    /// A checkpoint was taken and stored.
+    Checkpointed { checkpoint: CheckpointInfo },
+    /// The step could not be done; why, for the session's owner.
+    Failed { reason: String },
+}

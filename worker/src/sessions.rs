@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use runbox_common::{
     CheckpointInfo, Claimed, JobSpec, Language, Outcome, Queue, SessionOp, SessionStatus, SessionTask, Status,
-    now_rfc3339, now_unix_ms, rfc3339_at_unix_ms,
+    StepResult, now_rfc3339, now_unix_ms, rfc3339_at_unix_ms,
 };
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -90,6 +90,7 @@ impl Worker {
             exit_code: Some(0),
             stderr: String::new(),
             duration_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+            step: Some(StepResult::Done),
             ..Outcome::internal_error("")
         };
         let opened = Opened {
@@ -208,8 +209,8 @@ impl Worker {
         kept
     }
 
-    /// Takes a checkpoint and answers its job: the checkpoint's info as
-    /// JSON on stdout, or exit 1 and why not on stderr.
+    /// Takes a checkpoint and answers its job with what it came to: the
+    /// checkpoint stored, or why not.
     async fn session_checkpoint(&self, s: &mut Opened, claimed: &Claimed, id: &str) {
         if let Err(e) = self.queue.start(claimed, &self.config.name, &now_rfc3339()).await {
             // Its answer is written below all the same; only `running` is not shown meanwhile.
@@ -256,13 +257,13 @@ impl Worker {
                 Outcome {
                     status: Status::Completed,
                     exit_code: Some(0),
-                    stdout: serde_json::to_string(&info).unwrap_or_default(),
                     stderr: String::new(),
                     duration_ms,
+                    step: Some(StepResult::Checkpointed { checkpoint: info }),
                     ..Outcome::internal_error("")
                 }
             }
-            Err(why) => Outcome { status: Status::Completed, exit_code: Some(1), duration_ms, ..failed(why) },
+            Err(why) => Outcome { duration_ms, ..failed(why) },
         };
         self.finish(claimed, &Ran::without_child(outcome)).await;
     }
@@ -364,7 +365,13 @@ impl Worker {
         };
         match routed {
             Ok(true) if matches!(task.op, SessionOp::Destroy) => {
-                let done = Outcome { status: Status::Completed, exit_code: Some(0), ..Outcome::internal_error("") };
+                let done = Outcome {
+                    status: Status::Completed,
+                    exit_code: Some(0),
+                    stderr: String::new(),
+                    step: Some(StepResult::Done),
+                    ..Outcome::internal_error("")
+                };
                 self.finish(&claimed, &Ran::without_child(done)).await;
             }
             Ok(true) => {}
@@ -398,7 +405,9 @@ pub(crate) async fn inbox(worker: Arc<Worker>, blocking: Queue, stop: Cancellati
     }
 }
 
-/// A session step that failed: exit 1, and why on stderr.
-fn failed(message: String) -> Outcome {
-    Outcome { status: Status::Completed, exit_code: Some(1), ..Outcome::internal_error(message) }
+/// A session's start or checkpoint that could not be done, and why (on
+/// stderr too, for a person reading the job).
+fn failed(reason: String) -> Outcome {
+    let step = Some(StepResult::Failed { reason: reason.clone() });
+    Outcome { status: Status::Completed, exit_code: Some(1), step, ..Outcome::internal_error(reason) }
 }

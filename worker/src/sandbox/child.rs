@@ -565,6 +565,7 @@ pub(super) fn outcome(
         // Set by the lane, which measured it (see [`Usage`]).
         cpu_ms: None,
         peak_memory_bytes: None,
+        step: None,
     };
     // On everything the program wrote, not only the bytes kept.
     outcome.verdict = spec.verdict_with(&outcome, |compare, expected| stdout.matches(compare, expected));
