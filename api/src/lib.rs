@@ -43,6 +43,8 @@ mod compat;
 mod config;
 mod error;
 mod events;
+#[cfg(test)]
+mod handler_tests;
 mod jobs;
 mod mcp;
 mod metrics;

@@ -636,6 +636,7 @@ mod tests {
                 warm: false,
                 cpu_ms: None,
                 peak_memory_bytes: None,
+                step: None,
             }),
             timings: Timings::default(),
         }
