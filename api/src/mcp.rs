@@ -1,8 +1,9 @@
 //! `/mcp`: runbox as a Model Context Protocol server over Streamable HTTP.
 //!
 //! rmcp's `StreamableHttpService` speaks the protocol; this module only
-//! adapts. A tool turns its arguments into what the native route would get,
-//! calls the same functions (`validate`, `jobs::enqueue`, `jobs::wait_for`),
+//! adapts. A tool reads its arguments as a typed request, checks it as the
+//! native route does (`Program::validate`), calls the same functions
+//! (`pipeline::enqueue`, `pipeline::wait_for`, `sessions`),
 //! and turns the job, or the [`ApiError`], into a tool result. Nothing here
 //! runs, signs or queues a job any other way.
 //!
