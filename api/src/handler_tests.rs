@@ -3,41 +3,15 @@
 //! not JSON, a field that is wrong), status, code and field alike. The
 //! routes that do reach Redis are tested against a real one in `tests/e2e`.
 
-use std::time::Duration;
-
 use axum::body::Body;
 use axum::http::{Request, StatusCode, header};
-use runbox_common::{RedisTarget, SharedConfig, SigningKey};
 use serde_json::{Value, json};
 use tower::ServiceExt;
 
-use crate::callback_urls::CallbackConfig;
-use crate::config::{ApiConfig, ApiLimits, McpHosts, SessionLimits};
-use crate::quotas::Quotas;
-use crate::tokens::Tokens;
+use crate::config::ApiLimits;
 use crate::{AppState, app};
 
 const TOKEN: &str = "alice-token-0123456789";
-
-/// An api whose Redis is nowhere: a route that needed it would answer 503.
-fn state() -> AppState {
-    let config = ApiConfig {
-        tokens: Tokens::parse(&format!("alice:{TOKEN}")).expect("tokens"),
-        shared: SharedConfig {
-            redis: RedisTarget { urls: vec!["redis://127.0.0.1:1".into()], cluster: false },
-            queue: "handler-tests".into(),
-            signing_key: SigningKey::new("handler-tests-signing-key-0123456789").expect("a key"),
-            result_ttl: Duration::from_secs(60),
-        },
-        port: 0,
-        limits: ApiLimits::default(),
-        callbacks: CallbackConfig::default(),
-        quotas: Quotas::default(),
-        sessions: SessionLimits::default(),
-        mcp_hosts: McpHosts::parse(McpHosts::DEFAULT).expect("hosts"),
-    };
-    AppState::new(config).expect("a lazy connection")
-}
 
 /// Sends `method path` with `body` as JSON (and the token, if `auth`).
 async fn send(method: &str, path: &str, body: Option<Value>, auth: bool) -> (StatusCode, Value) {
@@ -52,7 +26,8 @@ async fn send(method: &str, path: &str, body: Option<Value>, auth: bool) -> (Sta
         }
         None => Body::empty(),
     };
-    let response = app(state()).oneshot(request.body(body).expect("a request")).await.expect("infallible");
+    let response =
+        app(AppState::for_tests(TOKEN)).oneshot(request.body(body).expect("a request")).await.expect("infallible");
     let status = response.status();
     let bytes = axum::body::to_bytes(response.into_body(), 1 << 20).await.expect("a body");
     (status, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
@@ -75,14 +50,14 @@ async fn a_body_that_is_not_json_is_415_or_400() {
         .header(header::CONTENT_TYPE, "text/plain")
         .body(Body::from("print(1)"))
         .expect("a request");
-    let response = app(state()).oneshot(request).await.expect("infallible");
+    let response = app(AppState::for_tests(TOKEN)).oneshot(request).await.expect("infallible");
     assert_eq!(response.status(), StatusCode::UNSUPPORTED_MEDIA_TYPE);
     let request = Request::post("/v1/jobs")
         .header(header::AUTHORIZATION, format!("Bearer {TOKEN}"))
         .header(header::CONTENT_TYPE, "application/json")
         .body(Body::from("{"))
         .expect("a request");
-    let response = app(state()).oneshot(request).await.expect("infallible");
+    let response = app(AppState::for_tests(TOKEN)).oneshot(request).await.expect("infallible");
     assert_eq!(response.status(), StatusCode::BAD_REQUEST);
 }
 

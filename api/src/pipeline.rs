@@ -127,3 +127,56 @@ where
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    use super::*;
+
+    /// A long-poll that is never satisfied, on a paused clock: how many
+    /// reads it made, and how long it took.
+    async fn poll(state: &AppState, wait: Duration, wake_after: Option<Duration>) -> (u32, Duration) {
+        let reads = Arc::new(AtomicU32::new(0));
+        let read = || {
+            let reads = reads.clone();
+            async move { Ok(reads.fetch_add(1, Ordering::SeqCst)) }
+        };
+        if let Some(after) = wake_after {
+            let notify = state.waiters.register("job").notify.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(after).await;
+                notify.notify_waiters();
+            });
+        }
+        let started = Instant::now();
+        long_poll(state, "job", wait, read, |_: &u32| false).await.expect("reads");
+        (reads.load(Ordering::SeqCst), started.elapsed())
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_long_poll_rereads_on_its_backstop_and_answers_at_its_deadline() {
+        let state = AppState::for_tests("token-0123456789abcdef");
+        // 30 s: the first read, one every RECHECK_EVERY (5 s), one at the deadline.
+        let (reads, took) = poll(&state, Duration::from_secs(30), None).await;
+        assert_eq!((reads, took), (7, Duration::from_secs(30)));
+        // No wait: one read, at once.
+        assert_eq!(poll(&state, Duration::ZERO, None).await, (1, Duration::ZERO));
+        // A notification re-reads at once, between the backstop's reads.
+        let (reads, took) = poll(&state, Duration::from_secs(6), Some(Duration::from_secs(1))).await;
+        assert_eq!((reads, took), (3, Duration::from_secs(6)), "read at 0 s, at 1 s (woken) and at 6 s (the deadline)");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_long_poll_answers_at_once_when_the_api_stops() {
+        let state = AppState::for_tests("token-0123456789abcdef");
+        let stopping = state.stopping.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            stopping.cancel();
+        });
+        let (reads, took) = poll(&state, Duration::from_secs(60), None).await;
+        assert_eq!((reads, took), (2, Duration::from_secs(2)));
+    }
+}

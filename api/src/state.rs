@@ -38,3 +38,30 @@ impl AppState {
         })
     }
 }
+
+#[cfg(test)]
+impl AppState {
+    /// An api whose one token (named `alice`) is `token` and whose Redis
+    /// is nowhere: what needs no Redis works, and what does answers 503.
+    pub(crate) fn for_tests(token: &str) -> AppState {
+        use runbox_common::{RedisTarget, SharedConfig, SigningKey};
+
+        use crate::config::{ApiLimits, McpHosts, SessionLimits};
+        let config = ApiConfig {
+            tokens: crate::tokens::Tokens::parse(&format!("alice:{token}")).expect("tokens"),
+            shared: SharedConfig {
+                redis: RedisTarget { urls: vec!["redis://127.0.0.1:1".into()], cluster: false },
+                queue: "tests".into(),
+                signing_key: SigningKey::new("tests-signing-key-0123456789abcdef").expect("a key"),
+                result_ttl: std::time::Duration::from_secs(60),
+            },
+            port: 0,
+            limits: ApiLimits::default(),
+            callbacks: crate::callback_urls::CallbackConfig::default(),
+            quotas: crate::quotas::Quotas::default(),
+            sessions: SessionLimits::default(),
+            mcp_hosts: McpHosts::parse(McpHosts::DEFAULT).expect("hosts"),
+        };
+        AppState::new(config).expect("a lazy connection")
+    }
+}
