@@ -16,6 +16,9 @@ mod batch;
 mod job;
 mod session;
 
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::http::{HeaderMap, header};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Deserializer};
 
@@ -27,10 +30,6 @@ pub use job::{
 pub use session::{ExecRequest, SessionLanguage, SessionRequest};
 
 use crate::config::MAX_WAIT_S;
-use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
-use axum::http::{HeaderMap, header};
-
 use crate::error::ApiError;
 pub use crate::error::FieldError;
 
@@ -126,7 +125,7 @@ pub(crate) fn whole_number<'de, D: Deserializer<'de>>(deserializer: D) -> Result
 }
 
 /// `number` as a whole number, if it is one.
-pub fn whole(number: &serde_json::Number) -> Option<u64> {
+fn whole(number: &serde_json::Number) -> Option<u64> {
     number.as_u64().or_else(|| {
         number.as_f64().filter(|f| f.fract() == 0.0 && *f >= 0.0 && *f <= u64::MAX as f64).map(|f| f as u64)
     })
