@@ -1,4 +1,4 @@
 -- prefix: Prelude: PREFIX, the queue's key prefix (`QueueKeys::prefix`, `runbox:{queue}:`), for scripts that build keys.
 -- KEYS: none of its own.
--- ARGV: the last one, ARGV[#ARGV], is the prefix in every script that opens with this file.
-local PREFIX = ARGV[#ARGV]
+-- ARGV: 1 is the script's argument table (a JSON object) in every script that opens with this file; PREFIX is its `prefix`.
+local PREFIX = cjson.decode(ARGV[1]).prefix

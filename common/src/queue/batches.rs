@@ -7,8 +7,8 @@ use std::sync::LazyLock;
 
 use redis::{AsyncCommands, Script};
 
-use super::jobs::{WAKE_TOKENS, enqueued};
-use super::{Enqueued, Idempotency, Queue, QueueError, Quota};
+use super::jobs::{WAKE_TOKENS, enqueued, ttl_s};
+use super::{Decimal, Enqueued, Idempotency, Queue, QueueError, Quota, to_json};
 use crate::keys;
 
 /// One job of a batch, signed and ready to enqueue.
@@ -44,6 +44,35 @@ static ENQUEUE_BATCH_SCRIPT: LazyLock<Script> = LazyLock::new(|| {
     ))
 });
 
+/// enqueue_batch.lua's argument table; the jobs and their ids follow it.
+#[derive(serde::Serialize)]
+struct EnqueueBatchArgs<'a> {
+    cap: u64,
+    owner: &'a str,
+    created_at: &'a str,
+    batch_id: &'a str,
+    stop_on_failure: bool,
+    /// Only with an idempotency key.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    idempotency_ttl_s: Option<Decimal>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    callback: Option<&'a str>,
+    quota_max_active: u64,
+    quota_per_second: u64,
+    group: &'a str,
+    wake_tokens: u64,
+    prefix: &'a str,
+}
+
+/// One job of enqueue_batch.lua's array of jobs.
+#[derive(serde::Serialize)]
+struct BatchScriptJob<'a> {
+    id: &'a str,
+    language: &'a str,
+    payload: &'a str,
+    signature: &'a str,
+}
+
 impl Queue {
     /// Adds all of `jobs` as batch `batch_id`, or none of them if queued
     /// plus running jobs would pass `cap` or `idempotency`'s key was used.
@@ -61,7 +90,10 @@ impl Queue {
         quota: Quota,
     ) -> Result<Enqueued, QueueError> {
         let ids: Vec<&str> = jobs.iter().map(|j| j.id.as_str()).collect();
-        let ids = serde_json::to_string(&ids).map_err(|e| QueueError::Protocol(e.to_string()))?;
+        let script_jobs: Vec<BatchScriptJob<'_>> = jobs
+            .iter()
+            .map(|j| BatchScriptJob { id: &j.id, language: &j.language, payload: &j.payload, signature: &j.signature })
+            .collect();
         let keys = &self.keys;
         let mut invocation = ENQUEUE_BATCH_SCRIPT.key(keys.jobs_stream(owner));
         invocation.key(keys.streams()).key(keys.ready_owners()).key(keys.wake()).key(keys.batch(batch_id));
@@ -71,14 +103,21 @@ impl Queue {
         if let Some(idempotency) = idempotency {
             invocation.key(keys.idempotency("batch", owner, idempotency.key));
         }
-        invocation.arg(cap).arg(owner).arg(created_at).arg(batch_id).arg(ids).arg(jobs.len());
-        for job in jobs {
-            invocation.arg(&job.id).arg(&job.payload).arg(&job.signature).arg(&job.language);
-        }
-        invocation.arg(if stop_on_failure { "1" } else { "0" });
-        invocation.arg(idempotency.map_or(0, |i| i.ttl.as_secs().max(1)));
-        invocation.arg(callback.unwrap_or("")).arg(quota.max_active).arg(quota.per_second);
-        invocation.arg(keys::GROUP).arg(WAKE_TOKENS).arg(&keys.prefix);
+        let args = EnqueueBatchArgs {
+            cap,
+            owner,
+            created_at,
+            batch_id,
+            stop_on_failure,
+            idempotency_ttl_s: idempotency.map(|i| ttl_s(i.ttl)),
+            callback: callback.filter(|c| !c.is_empty()),
+            quota_max_active: quota.max_active,
+            quota_per_second: quota.per_second,
+            group: keys::GROUP,
+            wake_tokens: WAKE_TOKENS,
+            prefix: &keys.prefix,
+        };
+        invocation.arg(to_json(&args)?).arg(to_json(&script_jobs)?).arg(to_json(&ids)?);
         enqueued(invocation.invoke_async(&mut self.conn.clone()).await?)
     }
 

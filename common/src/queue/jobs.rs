@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use redis::{AsyncCommands, RedisResult, Script, Value};
 
-use super::{Queue, QueueError, as_string, entry_fields, field, flat_pairs};
+use super::{Decimal, Queue, QueueError, as_string, entry_fields, field, flat_pairs, to_json};
 use crate::{Language, Outcome, Status, keys};
 
 /// How an enqueue went.
@@ -136,7 +136,8 @@ pub(super) const WAKE_TOKENS: u64 = 256;
 // The scripts are files under `lua/`, each opening with what it does, its
 // KEYS and its ARGV. A script that needs shared functions (a prelude) is
 // its preludes and its own file joined at compile time; `prefix.lua`, when
-// there, comes first, as it reads the last ARGV.
+// there, comes first, as the preludes after it use the prefix it reads from
+// the argument table.
 static ENQUEUE_SCRIPT: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
         include_str!("../lua/prefix.lua"),
@@ -173,6 +174,65 @@ static CANCEL_SCRIPT: LazyLock<Script> = LazyLock::new(|| {
     ))
 });
 
+/// enqueue.lua's argument table; the payload, signature and compat note
+/// follow it.
+#[derive(serde::Serialize)]
+struct EnqueueArgs<'a> {
+    cap: u64,
+    id: &'a str,
+    owner: &'a str,
+    language: &'a str,
+    created_at: &'a str,
+    /// Only with an idempotency key.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    idempotency_ttl_s: Option<Decimal>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    callback: Option<&'a str>,
+    quota_max_active: u64,
+    quota_per_second: u64,
+    group: &'a str,
+    wake_tokens: u64,
+    prefix: &'a str,
+}
+
+/// finish.lua's argument table; the result and the cancelled result follow it.
+#[derive(serde::Serialize)]
+struct FinishArgs<'a> {
+    status: &'a str,
+    finished_at: &'a str,
+    ttl_s: Decimal,
+    group: &'a str,
+    entry: &'a str,
+    done_channel: &'a str,
+    id: &'a str,
+    boot_ms: Decimal,
+    ended_ms: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    verdict: Option<&'a str>,
+    batch_prefix: &'a str,
+    failed: bool,
+    job_prefix: &'a str,
+    prefix: &'a str,
+}
+
+/// cancel.lua's argument table; the cancelled result follows it.
+#[derive(serde::Serialize)]
+struct CancelArgs<'a> {
+    finished_at: &'a str,
+    ttl_s: Decimal,
+    group: &'a str,
+    done_channel: &'a str,
+    id: &'a str,
+    cancel_channel: &'a str,
+    batch_prefix: &'a str,
+    prefix: &'a str,
+}
+
+/// A TTL as the scripts take it: whole seconds, at least one.
+pub(super) fn ttl_s(ttl: Duration) -> Decimal {
+    Decimal(ttl.as_secs().max(1))
+}
+
 impl Queue {
     /// Adds a job unless queued plus running jobs already reach `cap`, or
     /// `idempotency`'s key was used before.
@@ -190,10 +250,21 @@ impl Queue {
         if let Some(idempotency) = idempotency {
             invocation.key(keys.idempotency("job", owner, idempotency.key));
         }
-        invocation.arg(cap).arg(id).arg(payload).arg(signature).arg(owner).arg(language).arg(created_at);
-        invocation.arg(idempotency.map_or(0, |i| i.ttl.as_secs().max(1)));
-        invocation.arg(callback.unwrap_or("")).arg(quota.max_active).arg(quota.per_second);
-        invocation.arg(keys::GROUP).arg(WAKE_TOKENS).arg(compat.unwrap_or("")).arg(&keys.prefix);
+        let args = EnqueueArgs {
+            cap,
+            id,
+            owner,
+            language,
+            created_at,
+            idempotency_ttl_s: idempotency.map(|i| ttl_s(i.ttl)),
+            callback: callback.filter(|c| !c.is_empty()),
+            quota_max_active: quota.max_active,
+            quota_per_second: quota.per_second,
+            group: keys::GROUP,
+            wake_tokens: WAKE_TOKENS,
+            prefix: &keys.prefix,
+        };
+        invocation.arg(to_json(&args)?).arg(payload).arg(signature).arg(compat.unwrap_or(""));
         enqueued(invocation.invoke_async(&mut self.conn.clone()).await?)
     }
 
@@ -347,26 +418,29 @@ impl Queue {
         ended_ms: u64,
     ) -> Result<Duration, QueueError> {
         let result = serde_json::to_string(outcome).map_err(|e| QueueError::Protocol(e.to_string()))?;
-        let (id, entry) = (&claimed.id, &claimed.entry);
+        let (batch_prefix, job_prefix) = (self.keys.batch_prefix(), self.keys.job_prefix());
+        let args = FinishArgs {
+            status: outcome.status.as_str(),
+            finished_at,
+            ttl_s: ttl_s(ttl),
+            group: keys::GROUP,
+            entry: &claimed.entry,
+            done_channel: keys::DONE_CHANNEL,
+            id: &claimed.id,
+            boot_ms: Decimal(u64::try_from(boot.as_millis()).unwrap_or(u64::MAX)),
+            ended_ms,
+            verdict: outcome.verdict.map(|v| v.as_str()),
+            batch_prefix: &batch_prefix,
+            failed: outcome.failed(),
+            job_prefix: &job_prefix,
+            prefix: &self.keys.prefix,
+        };
         let write_ms: i64 = FINISH_SCRIPT
-            .key(self.keys.job(id))
+            .key(self.keys.job(&claimed.id))
             .key(&claimed.stream)
-            .arg(outcome.status.as_str())
+            .arg(to_json(&args)?)
             .arg(result)
-            .arg(finished_at)
-            .arg(ttl.as_secs().max(1))
-            .arg(keys::GROUP)
-            .arg(entry)
-            .arg(keys::DONE_CHANNEL)
-            .arg(id)
-            .arg(u64::try_from(boot.as_millis()).unwrap_or(u64::MAX))
-            .arg(ended_ms)
-            .arg(outcome.verdict.map_or("", |v| v.as_str()))
-            .arg(self.keys.batch_prefix())
-            .arg(if outcome.failed() { "1" } else { "0" })
-            .arg(self.keys.job_prefix())
             .arg(CANCELLED_RESULT.as_str())
-            .arg(&self.keys.prefix)
             .invoke_async(&mut self.conn.clone())
             .await?;
         Ok(Duration::from_millis(u64::try_from(write_ms).unwrap_or(0)))
@@ -375,18 +449,21 @@ impl Queue {
     /// Cancels job `id`: a queued job ends at once; a running one is flagged
     /// and its worker told on [`keys::CANCEL_CHANNEL`].
     pub async fn cancel(&self, id: &str, finished_at: &str, ttl: Duration) -> Result<Cancelled, QueueError> {
-        let result = CANCELLED_RESULT.as_str();
+        let batch_prefix = self.keys.batch_prefix();
+        let args = CancelArgs {
+            finished_at,
+            ttl_s: ttl_s(ttl),
+            group: keys::GROUP,
+            done_channel: keys::DONE_CHANNEL,
+            id,
+            cancel_channel: keys::CANCEL_CHANNEL,
+            batch_prefix: &batch_prefix,
+            prefix: &self.keys.prefix,
+        };
         let reply: String = CANCEL_SCRIPT
             .key(self.keys.job(id))
-            .arg(finished_at)
-            .arg(result)
-            .arg(ttl.as_secs().max(1))
-            .arg(keys::GROUP)
-            .arg(keys::DONE_CHANNEL)
-            .arg(id)
-            .arg(keys::CANCEL_CHANNEL)
-            .arg(self.keys.batch_prefix())
-            .arg(&self.keys.prefix)
+            .arg(to_json(&args)?)
+            .arg(CANCELLED_RESULT.as_str())
             .invoke_async(&mut self.conn.clone())
             .await?;
         Ok(match reply.as_str() {

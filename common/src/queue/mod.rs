@@ -3,6 +3,10 @@
 //! change is one Lua script, so a crash or a concurrent client never sees
 //! half of it. The scripts are files under `src/lua/`, each opening with
 //! its KEYS and ARGV; `tests/scripts/` runs each on a real `redis-server`.
+//! A script with more than a few arguments takes them as one JSON table in
+//! ARGV[1], read by name, built here from a `#[derive(Serialize)]` struct
+//! of its own (`to_json`); what is already JSON or large (a payload, a
+//! result) follows it positionally, so it is not escaped a second time.
 //!
 //! Life of a job:
 //!
@@ -187,6 +191,25 @@ impl Queue {
     /// Every owner stream that may hold entries.
     async fn owner_streams(&self) -> Result<Vec<String>, QueueError> {
         Ok(self.conn.clone().smembers(self.keys.streams()).await?)
+    }
+}
+
+/// `value` as JSON for a script: its argument table (ARGV[1]), or an array
+/// that follows it.
+fn to_json(value: &impl serde::Serialize) -> Result<String, QueueError> {
+    serde_json::to_string(value).map_err(|e| QueueError::Protocol(e.to_string()))
+}
+
+/// An integer a script hands on to a Redis command (a TTL, a millisecond
+/// time), in its argument table as a decimal string: cjson would decode a
+/// JSON number as a double, exact only below 2^53, and Lua would print a
+/// large one in exponent notation.
+#[derive(Debug, Clone, Copy)]
+struct Decimal(u64);
+
+impl serde::Serialize for Decimal {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(&self.0)
     }
 }
 

@@ -25,7 +25,8 @@ use std::time::Duration;
 
 use redis::{AsyncCommands, Script};
 
-use super::{Claimed, Queue, QueueError};
+use super::jobs::ttl_s;
+use super::{Claimed, Decimal, Queue, QueueError, to_json};
 use crate::config::millis;
 use crate::{Checkpoint, CheckpointInfo, Language, Recovery, Sent, SessionRecord, SessionStatus};
 
@@ -52,6 +53,38 @@ static RECOVER_SCRIPT: LazyLock<Script> = LazyLock::new(|| {
 static STORE_CHECKPOINT_SCRIPT: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../lua/store_checkpoint.lua")));
 
+/// session_create.lua's argument table.
+#[derive(serde::Serialize)]
+struct CreateArgs<'a> {
+    owner: &'a str,
+    language: &'a str,
+    idle_timeout_ms: Decimal,
+    expires_at_ms: Decimal,
+    created_at: &'a str,
+    per_token: u64,
+    ttl_s: Decimal,
+    prefix: &'a str,
+}
+
+/// session_send.lua's argument table; the payload and signature follow it.
+#[derive(serde::Serialize)]
+struct SendArgs<'a> {
+    worker: &'a str,
+    id: &'a str,
+    owner: &'a str,
+    language: &'a str,
+    created_at: &'a str,
+    needs_idle: bool,
+}
+
+/// session_recover.lua's argument table.
+#[derive(serde::Serialize)]
+struct RecoverArgs<'a> {
+    dead: &'a str,
+    ttl_s: Decimal,
+    prefix: &'a str,
+}
+
 impl Queue {
     /// Creates session `id` of `owner`, `starting`, unless the owner already
     /// holds `per_token` live sessions (0: no cap). False when over the cap.
@@ -67,17 +100,20 @@ impl Queue {
         per_token: u64,
         ttl: Duration,
     ) -> Result<bool, QueueError> {
+        let args = CreateArgs {
+            owner,
+            language: language.as_str(),
+            idle_timeout_ms: Decimal(millis(idle_timeout)),
+            expires_at_ms: Decimal(expires_at_ms),
+            created_at,
+            per_token,
+            ttl_s: ttl_s(ttl),
+            prefix: &self.keys.prefix,
+        };
         let created: i64 = CREATE_SCRIPT
             .key(self.keys.session(id))
             .key(self.keys.owner_sessions(owner))
-            .arg(owner)
-            .arg(language.as_str())
-            .arg(millis(idle_timeout))
-            .arg(expires_at_ms)
-            .arg(created_at)
-            .arg(per_token)
-            .arg(ttl.as_secs().max(1))
-            .arg(&self.keys.prefix)
+            .arg(to_json(&args)?)
             .invoke_async(&mut self.conn.clone())
             .await?;
         Ok(created == 1)
@@ -153,18 +189,14 @@ impl Queue {
         created_at: &str,
         needs_idle: bool,
     ) -> Result<Sent, QueueError> {
+        let args = SendArgs { worker, id: job_id, owner, language: language.as_str(), created_at, needs_idle };
         let reply: String = SEND_SCRIPT
             .key(self.keys.session(id))
             .key(self.keys.job(job_id))
             .key(self.keys.inbox(worker))
-            .arg(worker)
-            .arg(job_id)
-            .arg(owner)
-            .arg(language.as_str())
+            .arg(to_json(&args)?)
             .arg(payload)
             .arg(signature)
-            .arg(created_at)
-            .arg(if needs_idle { "1" } else { "0" })
             .invoke_async(&mut self.conn.clone())
             .await?;
         Ok(match reply.as_str() {
@@ -255,12 +287,11 @@ impl Queue {
         dead: &str,
         ttl: Duration,
     ) -> Result<Recovery, QueueError> {
+        let args = RecoverArgs { dead, ttl_s: ttl_s(ttl), prefix: &self.keys.prefix };
         let reply: String = RECOVER_SCRIPT
             .key(self.keys.session(id))
             .key(self.keys.owner_sessions(owner))
-            .arg(dead)
-            .arg(ttl.as_secs().max(1))
-            .arg(&self.keys.prefix)
+            .arg(to_json(&args)?)
             .invoke_async(&mut self.conn.clone())
             .await?;
         Ok(match reply.strip_prefix("restore:") {

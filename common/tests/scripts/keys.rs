@@ -143,3 +143,81 @@ fn every_lua_file_opens_with_what_it_does_its_keys_and_its_argv_and_is_used() {
         assert!(included.contains(&path), "{file} is included by no script");
     }
 }
+
+/// The scripts that take their arguments as one table in ARGV[1].
+const TABLE_SCRIPTS: [&str; 7] = [
+    "cancel.lua",
+    "enqueue.lua",
+    "enqueue_batch.lua",
+    "finish.lua",
+    "session_create.lua",
+    "session_recover.lua",
+    "session_send.lua",
+];
+
+/// The fields a script reads of its table `a`: each `a.name` outside comments.
+fn fields_read(text: &str) -> BTreeSet<String> {
+    let mut fields = BTreeSet::new();
+    for line in text.lines().filter(|l| !l.trim_start().starts_with("--")) {
+        let bytes = line.as_bytes();
+        for (at, _) in line.match_indices("a.") {
+            let before = at.checked_sub(1).map(|i| bytes[i]);
+            if before.is_some_and(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'.') {
+                continue;
+            }
+            let name: String = line[at + 2..].chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect();
+            if !name.is_empty() {
+                fields.insert(name);
+            }
+        }
+    }
+    fields
+}
+
+/// The fields an `-- ARGV: 1 the table {name (note, more), name, ...}` line
+/// names: the first word of each item between its braces.
+fn fields_named(argv_line: &str) -> Option<BTreeSet<String>> {
+    let inside = argv_line.split_once('{')?.1.split_once('}')?.0;
+    let (mut items, mut item, mut depth) = (Vec::new(), String::new(), 0);
+    for c in inside.chars() {
+        match c {
+            '(' => depth += 1,
+            ')' => depth -= 1,
+            ',' if depth == 0 => items.push(std::mem::take(&mut item)),
+            _ => {}
+        }
+        item.push(c);
+    }
+    items.push(item);
+    let names = items.iter().map(|item| {
+        let item = item.trim_start_matches(',').trim();
+        item.chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect::<String>()
+    });
+    Some(names.collect())
+}
+
+#[test]
+fn a_script_that_takes_a_table_names_every_field_it_reads_and_reads_every_field_it_names() {
+    let files = lua_files();
+    for script in TABLE_SCRIPTS {
+        let (_, text) = files.iter().find(|(file, _)| file == script).expect("a table script's file");
+        assert!(text.contains("local a = cjson.decode(ARGV[1])\n"), "{script} does not decode its table");
+        let argv = text.lines().nth(2).expect("an ARGV line");
+        assert!(argv.starts_with("-- ARGV: 1 the table {"), "{script}: {argv}");
+        let named = fields_named(argv).expect("the table's fields in braces");
+        let read = fields_read(text);
+        assert!(read.len() >= 2, "{script}: the parse found {read:?}");
+        // prefix.lua reads `prefix` for the scripts that open with it.
+        let needs_prefix = text.contains("Needs prefix.lua");
+        assert_eq!(named.contains("prefix"), needs_prefix, "{script} names a prefix it does not use, or misses it");
+        let named: BTreeSet<String> = named.into_iter().filter(|n| n != "prefix").collect();
+        assert_eq!(named, read, "{script}: the fields its header names, and those it reads");
+    }
+    let prefix = files.iter().find(|(file, _)| file == "prefix.lua").expect("prefix.lua");
+    assert!(prefix.1.contains("cjson.decode(ARGV[1]).prefix"), "prefix.lua reads the table's prefix");
+    for (file, text) in &files {
+        if text.contains("Needs prefix.lua") {
+            assert!(TABLE_SCRIPTS.contains(&file.as_str()), "{file} opens with prefix.lua, so must take a table");
+        }
+    }
+}

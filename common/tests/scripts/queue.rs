@@ -221,3 +221,144 @@ async fn a_finished_job_with_a_callback_is_queued_for_delivery() {
     let due: Vec<(&str, &str)> = due.iter().map(|d| (d.kind.as_str(), d.id.as_str())).collect();
     assert_eq!(due, [(CallbackDue::JOB, "j1")]);
 }
+
+/// What the scripts take positionally (payloads, signatures, results) and
+/// what they take in their argument table, with characters JSON escapes.
+const AWKWARD: &str = "{\"code\": \"print('a/b \\\\ \\\"c\\\"')\\n\"} é ✓ \u{1}\t/";
+
+#[tokio::test]
+async fn a_batchs_jobs_keep_their_own_language_payload_and_signature() {
+    let redis = Redis::start().await;
+    let queue = redis.queue();
+    let jobs: Vec<BatchJob> = [("b1/0", "python"), ("b1/1", "javascript"), ("b1/2", "typescript")]
+        .into_iter()
+        .map(|(id, language)| BatchJob {
+            id: id.into(),
+            language: language.into(),
+            payload: format!("{AWKWARD} {id}"),
+            signature: format!("sig of {id}"),
+        })
+        .collect();
+    let enqueued = queue
+        .enqueue_batch("b1", "alice", "2026-01-01T00:00:00Z", &jobs, false, CAP, None, None, NO_QUOTA)
+        .await
+        .expect("redis");
+    assert_eq!(enqueued, Enqueued::Accepted);
+    let batch = queue.get_batch("b1").await.expect("redis").expect("it exists");
+    assert_eq!(batch.job_ids, ["b1/0", "b1/1", "b1/2"]);
+    assert_eq!(
+        (batch.done, batch.stop_on_failure, batch.created_at.as_deref()),
+        (0, false, Some("2026-01-01T00:00:00Z"))
+    );
+    let stored: String = redis.cmd(redis::cmd("HGET").arg(keys().batch("b1")).arg("jobs")).await;
+    assert_eq!(stored, r#"["b1/0","b1/1","b1/2"]"#, "the ids are stored as the caller wrote them");
+    let size: String = redis.cmd(redis::cmd("HGET").arg(keys().batch("b1")).arg("size")).await;
+    assert_eq!(size, "3");
+    let callback: Option<String> = redis.cmd(redis::cmd("HGET").arg(keys().batch("b1")).arg("callback")).await;
+    assert_eq!(callback, None, "no callback asked, none stored");
+
+    let claimed = claim(&queue, "w1", 3).await;
+    assert_eq!(claimed.iter().map(|c| c.id.as_str()).collect::<Vec<_>>(), ["b1/0", "b1/1", "b1/2"]);
+    for (entry, job) in claimed.iter().zip(&jobs) {
+        assert_eq!((&entry.payload, &entry.signature), (&job.payload, &job.signature), "{}", job.id);
+        let record = queue.get(&job.id).await.expect("redis").expect("it exists");
+        assert_eq!(record.language.map(|l| l.as_str()), Some(job.language.as_str()), "{}", job.id);
+        assert_eq!((record.owner.as_str(), record.status), ("alice", Status::Queued));
+        let batch_of: String = redis.cmd(redis::cmd("HGET").arg(keys().job(&job.id)).arg("batch")).await;
+        assert_eq!(batch_of, "b1");
+    }
+}
+
+#[tokio::test]
+async fn an_empty_batch_is_stored_with_an_empty_job_list() {
+    let redis = Redis::start().await;
+    let queue = redis.queue();
+    let enqueued = queue
+        .enqueue_batch("b0", "alice", "2026-01-01T00:00:00Z", &[], true, CAP, None, None, NO_QUOTA)
+        .await
+        .expect("redis");
+    assert_eq!(enqueued, Enqueued::Accepted);
+    let batch = queue.get_batch("b0").await.expect("redis").expect("it exists");
+    assert_eq!((batch.done, batch.job_ids.len(), batch.stop_on_failure), (0, 0, true));
+}
+
+#[tokio::test]
+async fn large_integers_and_escaped_strings_reach_redis_exactly() {
+    let redis = Redis::start().await;
+    let queue = redis.queue();
+    // Past 2^53, where a JSON number decoded as a double is no longer exact,
+    // and past 14 digits, where Lua's tostring switches to exponent notation.
+    let boot_ms: u64 = (1 << 53) + 1;
+    let ttl_s: u64 = 123_456_789_012_345;
+    let key = Some(Idempotency { key: "k/1", ttl: Duration::from_secs(ttl_s) });
+    let awkward = runbox_common::NewJob {
+        payload: AWKWARD,
+        signature: "sig/\"1\"",
+        callback: Some("http://cb/x?a=\"b\"&c=é"),
+        compat: Some(AWKWARD),
+        created_at: "2026-01-01T00:00:00.123Z",
+        ..job("j/1", "alice/bob")
+    };
+    assert_eq!(queue.enqueue(&awkward, CAP, key, NO_QUOTA).await.expect("redis"), Enqueued::Accepted);
+    let idempotency = keys().idempotency("job", "alice/bob", "k/1");
+    let remembered: String = redis.cmd(redis::cmd("GET").arg(&idempotency)).await;
+    assert_eq!(remembered, "j/1");
+    let remembered_for: i64 = redis.cmd(redis::cmd("TTL").arg(&idempotency)).await;
+    assert!((ttl_s - 1..=ttl_s).contains(&u64::try_from(remembered_for).unwrap_or(0)), "{remembered_for}");
+    let callback: String = redis.cmd(redis::cmd("HGET").arg(keys().job("j/1")).arg("callback")).await;
+    assert_eq!(callback, "http://cb/x?a=\"b\"&c=é");
+    let record = queue.get("j/1").await.expect("redis").expect("it exists");
+    assert_eq!((record.owner.as_str(), record.compat.as_deref()), ("alice/bob", Some(AWKWARD)));
+    assert_eq!(record.created_at.as_deref(), Some("2026-01-01T00:00:00.123Z"));
+
+    let [claimed] = <[_; 1]>::try_from(claim(&queue, "w1", 1).await).expect("one entry");
+    assert_eq!((claimed.payload.as_str(), claimed.signature.as_str()), (AWKWARD, "sig/\"1\""));
+    let mut judged = outcome(Status::Completed, AWKWARD);
+    judged.verdict = Some(runbox_common::Verdict::WrongAnswer);
+    let ended_ms = runbox_common::now_unix_ms() - 1000;
+    let write = queue
+        .finish(
+            &claimed,
+            &judged,
+            "2026-01-01T00:00:01Z",
+            Duration::from_secs(ttl_s),
+            Duration::from_millis(boot_ms),
+            ended_ms,
+        )
+        .await
+        .expect("finish");
+    assert!(write >= Duration::from_millis(1000), "write time counts from the child's end: {write:?}");
+    let record = queue.get("j/1").await.expect("redis").expect("it exists");
+    assert_eq!(record.timings.boot_ms, Some(boot_ms));
+    assert!(record.timings.write_ms.is_some_and(|ms| ms >= 1000), "{:?}", record.timings);
+    assert_eq!((record.status, record.finished_at.as_deref()), (Status::Completed, Some("2026-01-01T00:00:01Z")));
+    assert_eq!(record.outcome.expect("an outcome").stdout, AWKWARD);
+    let summary = queue.summaries(&["j/1".into()]).await.expect("redis");
+    assert_eq!(summary[0].verdict.as_deref(), Some("wrong_answer"));
+    let kept: i64 = redis.cmd(redis::cmd("TTL").arg(keys().job("j/1"))).await;
+    assert!((ttl_s - 1..=ttl_s).contains(&u64::try_from(kept).unwrap_or(0)), "{kept}");
+
+    // A finish without a verdict stores none.
+    queue.enqueue(&job("j2", "alice"), CAP, None, NO_QUOTA).await.expect("redis");
+    let [claimed] = <[_; 1]>::try_from(claim(&queue, "w1", 1).await).expect("one entry");
+    finish(&queue, &claimed, &outcome(Status::Completed, "")).await;
+    let summary = queue.summaries(&["j2".into()]).await.expect("redis");
+    assert_eq!((summary[0].status, summary[0].verdict.as_deref()), (Some(Status::Completed), None));
+}
+
+#[tokio::test]
+async fn a_cancel_sets_the_ttl_it_is_given_and_the_cancelled_result() {
+    let redis = Redis::start().await;
+    let queue = redis.queue();
+    let mut done = redis.subscribe(runbox_common::keys::DONE_CHANNEL);
+    queue.enqueue(&job("j/1", "alice"), CAP, None, NO_QUOTA).await.expect("redis");
+    let ttl_s: u64 = 123_456_789_012_345;
+    let cancelled = queue.cancel("j/1", "2026-01-01T00:00:01.5Z", Duration::from_secs(ttl_s)).await.expect("redis");
+    assert_eq!(cancelled, Cancelled::WhileQueued);
+    assert_eq!(done.next(), "j/1");
+    let record = queue.get("j/1").await.expect("redis").expect("it exists");
+    assert_eq!(record.finished_at.as_deref(), Some("2026-01-01T00:00:01.5Z"));
+    assert_eq!(record.outcome.expect("an outcome").status, Status::Cancelled);
+    let kept: i64 = redis.cmd(redis::cmd("TTL").arg(keys().job("j/1"))).await;
+    assert!((ttl_s - 1..=ttl_s).contains(&u64::try_from(kept).unwrap_or(0)), "{kept}");
+}

@@ -148,3 +148,71 @@ async fn a_session_whose_worker_died_restores_from_its_latest_checkpoint_or_is_l
     assert_eq!(status(&queue, "s1").await, SessionStatus::Lost);
     assert!(queue.owner_sessions(OWNER).await.expect("redis").is_empty());
 }
+
+#[tokio::test]
+async fn a_sessions_times_and_task_reach_redis_exactly() {
+    let redis = Redis::start().await;
+    let queue = redis.queue();
+    // Past 2^53, where a JSON number decoded as a double is no longer exact.
+    let expires_at_ms: u64 = (1 << 53) + 1;
+    let idle_ms: u64 = (1 << 53) + 3;
+    let created = queue
+        .create_session(
+            "s/1",
+            "alice/bob",
+            Language::Javascript,
+            Duration::from_millis(idle_ms),
+            expires_at_ms,
+            "2026-01-01T00:00:00.5Z",
+            0,
+            TTL,
+        )
+        .await
+        .expect("redis");
+    assert!(created);
+    let record = queue.get_session("s/1").await.expect("redis").expect("it exists");
+    assert_eq!((record.expires_at_ms, record.idle_timeout_s), (expires_at_ms, idle_ms / 1000));
+    assert_eq!(
+        (record.owner.as_str(), record.language, record.created_at.as_str()),
+        ("alice/bob", Language::Javascript, "2026-01-01T00:00:00.5Z")
+    );
+    let idle: String = redis.cmd(redis::cmd("HGET").arg(keys().session("s/1")).arg("idle_timeout_ms")).await;
+    assert_eq!(idle, idle_ms.to_string());
+    let lives: i64 = redis.cmd(redis::cmd("TTL").arg(keys().session("s/1"))).await;
+    let lifetime_s = (expires_at_ms - runbox_common::now_unix_ms()) / 1000 + TTL.as_secs();
+    assert!(u64::try_from(lives).is_ok_and(|s| s.abs_diff(lifetime_s) <= 2), "{lives} vs {lifetime_s}");
+
+    assert!(queue.session_ready("s/1", "w/1", None).await.expect("redis"));
+    let payload = "{\"code\": \"print(\\\"a/b\\\")\\n\"} é ✓ \u{1}";
+    let sent = queue
+        .send_to_session(
+            "s/1",
+            "w/1",
+            "x/1",
+            "alice/bob",
+            Language::Javascript,
+            payload,
+            "sig/\"1\"",
+            "2026-01-01T00:00:01Z",
+            true,
+        )
+        .await
+        .expect("redis");
+    assert_eq!(sent, Sent::Sent);
+    assert_eq!(queue.next_session_task("w/1", Duration::from_millis(10)).await.expect("redis").as_deref(), Some("x/1"));
+    let task = queue.claim_session_task("x/1").await.expect("redis").expect("the task's job hash");
+    assert_eq!((task.payload.as_str(), task.signature.as_str()), (payload, "sig/\"1\""));
+    let job = queue.get("x/1").await.expect("redis").expect("it exists");
+    assert_eq!(
+        (job.owner.as_str(), job.language, job.created_at.as_deref()),
+        ("alice/bob", Some(Language::Javascript), Some("2026-01-01T00:00:01Z"))
+    );
+    let session_of: String = redis.cmd(redis::cmd("HGET").arg(keys().job("x/1")).arg("session")).await;
+    assert_eq!(session_of, "s/1");
+
+    // Recovery ends it as lost with the TTL it is given.
+    let ttl = Duration::from_secs(123_456_789_012_345);
+    assert_eq!(queue.recover_session("s/1", "alice/bob", "w/1", ttl).await.expect("redis"), Recovery::Lost);
+    let kept: i64 = redis.cmd(redis::cmd("TTL").arg(keys().session("s/1"))).await;
+    assert!(u64::try_from(kept).is_ok_and(|s| s.abs_diff(ttl.as_secs()) <= 1), "{kept}");
+}
