@@ -19,14 +19,14 @@ use axum::extract::rejection::BytesRejection;
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use runbox_common::{BatchJob, BatchRecord, Enqueued, Idempotency, Status, now_rfc3339};
+use runbox_common::{BatchJob, BatchRecord, Idempotency, Status, now_rfc3339};
 use serde_json::json;
 
 use crate::auth::Caller;
 use crate::callback_urls;
 use crate::error::{ApiError, BatchItemError};
 use crate::jobs::CANCEL_CONFIRM;
-use crate::pipeline::{RECHECK_EVERY, long_poll};
+use crate::pipeline::{self, RECHECK_EVERY, Signed, long_poll};
 use crate::requests::{self, BatchRequest};
 use crate::requests::{idempotency_key, json_body};
 use crate::state::AppState;
@@ -108,9 +108,7 @@ pub async fn submit(
     }
     let mut jobs = Vec::with_capacity(specs.len());
     for spec in &specs {
-        let id = uuid::Uuid::new_v4().to_string();
-        let payload = serde_json::to_string(spec).map_err(|e| ApiError::InvalidJson(e.to_string()))?;
-        let signature = state.config.shared.signing_key.sign(&id, &payload);
+        let Signed { id, payload, signature } = pipeline::sign(&state, spec)?;
         jobs.push(BatchJob { id, language: spec.language.as_str().to_owned(), payload, signature });
     }
     let idempotency = idempotency_key(&headers)?.map(|key| Idempotency { key, ttl: state.config.shared.result_ttl });
@@ -128,24 +126,16 @@ pub async fn submit(
             state.config.quotas.of(&caller.0),
         )
         .await?;
-    let (batch_id, job_ids) = match enqueued {
-        Enqueued::Accepted => {
-            for spec in &specs {
-                state.metrics.jobs_submitted.with_label_values(&[spec.language.as_str()]).inc();
-            }
+    let (batch_id, job_ids) = match pipeline::admitted(&state, &caller, enqueued, &specs.iter().collect::<Vec<_>>())? {
+        None => {
             tracing::info!(id = %batch_id, jobs = jobs.len(), "batch queued");
             (batch_id, jobs.into_iter().map(|j| j.id).collect())
         }
-        Enqueued::Full => {
-            state.metrics.queue_full.inc();
-            return Err(ApiError::QueueFull);
-        }
-        Enqueued::Duplicate(first) => {
+        Some(first) => {
             tracing::info!(id = %first, "idempotency key reused: answering with the first batch");
             let job_ids = state.queue.get_batch(&first).await?.map(|b| b.job_ids).unwrap_or_default();
             (first, job_ids)
         }
-        Enqueued::OverQuota(which) => return Err(ApiError::over_quota(which, state.config.quotas.of(&caller.0))),
     };
     Ok((StatusCode::ACCEPTED, Json(json!({ "id": batch_id, "job_ids": job_ids }))).into_response())
 }

@@ -40,10 +40,8 @@ pub(crate) async fn enqueue(
     callback: Option<&str>,
     compat: Option<&str>,
 ) -> Result<Queued, ApiError> {
-    let id = uuid::Uuid::new_v4().to_string();
     let placed = JobSpec { shared_lane: requests::lane(spec, shared_runtime, &caller.0), ..spec.clone() };
-    let payload = serde_json::to_string(&placed).map_err(|e| ApiError::InvalidJson(e.to_string()))?;
-    let signature = state.config.shared.signing_key.sign(&id, &payload);
+    let Signed { id, payload, signature } = sign(state, &placed)?;
     let idempotency = idempotency_key.map(|key| Idempotency { key, ttl: state.config.shared.result_ttl });
     let created_at = now_rfc3339();
     let job = NewJob {
@@ -60,19 +58,55 @@ pub(crate) async fn enqueue(
         .queue
         .enqueue(&job, state.config.limits.max_queue, idempotency, state.config.quotas.of(&caller.0))
         .await?;
-    match enqueued {
-        Enqueued::Accepted => {
-            state.metrics.jobs_submitted.with_label_values(&[spec.language.as_str()]).inc();
+    match admitted(state, caller, enqueued, &[spec])? {
+        None => {
             tracing::info!(%id, language = %spec.language, "job queued");
             Ok(Queued { id, duplicate: false })
         }
+        Some(first) => {
+            tracing::info!(id = %first, "idempotency key reused: answering with the first job");
+            Ok(Queued { id: first, duplicate: true })
+        }
+    }
+}
+
+/// A job ready for the queue: a new id, the spec as the worker reads it,
+/// and the signature over both that the worker checks before it runs it.
+pub(crate) struct Signed {
+    pub id: String,
+    pub payload: String,
+    pub signature: String,
+}
+
+/// Signs `spec` as a new job. Every job runbox queues (a single job, each
+/// job of a batch, a session's step) is signed here.
+pub(crate) fn sign(state: &AppState, spec: &JobSpec) -> Result<Signed, ApiError> {
+    let id = uuid::Uuid::new_v4().to_string();
+    let payload = serde_json::to_string(spec).map_err(|e| ApiError::InvalidJson(e.to_string()))?;
+    let signature = state.config.shared.signing_key.sign(&id, &payload);
+    Ok(Signed { id, payload, signature })
+}
+
+/// What the queue said to `specs`, submitted as one by `caller`: queued
+/// (None, and counted), an earlier submission with the same idempotency
+/// key (its id), or refused (the 503 or 429 that says why).
+pub(crate) fn admitted(
+    state: &AppState,
+    caller: &Caller,
+    enqueued: Enqueued,
+    specs: &[&JobSpec],
+) -> Result<Option<String>, ApiError> {
+    match enqueued {
+        Enqueued::Accepted => {
+            for spec in specs {
+                state.metrics.jobs_submitted.with_label_values(&[spec.language.as_str()]).inc();
+            }
+            Ok(None)
+        }
+        Enqueued::Duplicate(first) => Ok(Some(first)),
         Enqueued::Full => {
             state.metrics.queue_full.inc();
             Err(ApiError::QueueFull)
-        }
-        Enqueued::Duplicate(first) => {
-            tracing::info!(id = %first, "idempotency key reused: answering with the first job");
-            Ok(Queued { id: first, duplicate: true })
         }
         Enqueued::OverQuota(which) => Err(ApiError::over_quota(which, state.config.quotas.of(&caller.0))),
     }

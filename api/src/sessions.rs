@@ -26,7 +26,7 @@ use serde_json::Value;
 
 use crate::auth::Caller;
 use crate::error::ApiError;
-use crate::pipeline::{self, wait_for};
+use crate::pipeline::{self, Signed, wait_for};
 use crate::requests::json_body;
 use crate::requests::{self, ExecRequest, SessionRequest};
 use crate::state::AppState;
@@ -506,9 +506,7 @@ async fn send(
     spec: &JobSpec,
     needs_idle: bool,
 ) -> Result<String, ApiError> {
-    let job = uuid::Uuid::new_v4().to_string();
-    let payload = serde_json::to_string(spec).map_err(|e| ApiError::InvalidJson(e.to_string()))?;
-    let signature = state.config.shared.signing_key.sign(&job, &payload);
+    let Signed { id: job, payload, signature } = pipeline::sign(state, spec)?;
     let sent = state
         .queue
         .send_to_session(
