@@ -126,12 +126,6 @@ impl QueueKeys {
         format!("{}inbox:{worker}", self.prefix)
     }
 
-    /// The "stream" named on a session job's claim. It never exists: a
-    /// session job has no stream entry, so acknowledging it finds nothing.
-    pub fn session_tasks(&self) -> String {
-        format!("{}session-tasks", self.prefix)
-    }
-
     /// The hash of one checkpoint: its compressed data, owner, language and
     /// session. Lua scripts spell it as the prefix plus `checkpoint:{id}`.
     pub fn checkpoint(&self, id: &str) -> String {
@@ -164,7 +158,6 @@ mod tests {
             keys.session("s"),
             keys.owner_sessions("alice"),
             keys.inbox("w"),
-            keys.session_tasks(),
             keys.checkpoint("c"),
         ] {
             assert!(key.starts_with("runbox:{eval}:"), "{key}");

@@ -221,7 +221,7 @@ impl Worker {
         }
         if !self.config.shared.signing_key.verify(&entry.id, &entry.payload, &entry.signature) {
             self.metrics.rejected_signatures.inc();
-            warn!(entry = %entry.entry, "signature did not verify; the job will not run");
+            warn!(id = %entry.id, "signature did not verify; the job will not run");
             return unrun(Outcome {
                 status: Status::Rejected,
                 ..Outcome::internal_error("job signature did not verify")
@@ -236,7 +236,8 @@ impl Worker {
         // Registered before the job is marked running, so a cancel that
         // arrives the moment it is running finds it.
         let cancel = self.kill.child_token();
-        let job = RunningJob { entry: Some((entry.stream.clone(), entry.entry.clone())), cancel: cancel.clone() };
+        let stream_entry = entry.stream_entry().map(|(stream, id)| (stream.to_owned(), id.to_owned()));
+        let job = RunningJob { entry: stream_entry, cancel: cancel.clone() };
         self.running.lock().unwrap_or_else(|p| p.into_inner()).insert(entry.id.clone(), job);
         let ran = self.start_and_run(entry, &spec, &cancel).await;
         self.running.lock().unwrap_or_else(|p| p.into_inner()).remove(&entry.id);

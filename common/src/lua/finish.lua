@@ -1,6 +1,6 @@
 -- finish: Writes a job's final status and result (the first final write wins), sets its TTL, acks and deletes its entry and publishes its id; replies write ms.
--- KEYS: 1 job hash, 2 the job's stream.
--- ARGV: 1 the table {status, finished_at, ttl_s, group, entry (its stream entry id), done_channel, id (the job's), boot_ms, ended_ms (the child's end, Unix ms), verdict (absent if none), batch_prefix, failed (boolean), job_prefix, prefix}; then, already JSON and so not escaped again inside the table: 2 result, 3 cancelled result.
+-- KEYS: 1 job hash, 2 the job's stream (absent for a session's task, from an inbox).
+-- ARGV: 1 the table {status, finished_at, ttl_s, group, entry (its stream entry id; absent for a session's task), done_channel, id (the job's), boot_ms, ended_ms (the child's end, Unix ms), verdict (absent if none), batch_prefix, failed (boolean), job_prefix, prefix}; then, already JSON and so not escaped again inside the table: 2 result, 3 cancelled result.
 --
 -- Needs prefix.lua, now_ms.lua, quota.lua, queue_callback.lua,
 -- batch_progress.lua, cancel_queued.lua, stop_batch.lua.
@@ -26,7 +26,9 @@ if status == false or status == 'queued' or status == 'running' then
   end
 end
 redis.call('EXPIRE', KEYS[1], a.ttl_s)
-redis.call('XACK', KEYS[2], a.group, a.entry)
-redis.call('XDEL', KEYS[2], a.entry)
+if a.entry then
+  redis.call('XACK', KEYS[2], a.group, a.entry)
+  redis.call('XDEL', KEYS[2], a.entry)
+end
 redis.call('PUBLISH', a.done_channel, a.id)
 return write_ms

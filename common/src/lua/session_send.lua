@@ -12,6 +12,6 @@ if a.needs_idle then
   redis.call('HSET', KEYS[1], 'status', 'busy', 'last_used_ms', now_ms())
 end
 redis.call('HSET', KEYS[2], 'status', 'queued', 'owner', a.owner, 'language', a.language, 'created_at', a.created_at,
-  'payload', ARGV[2], 'sig', ARGV[3], 'session', string.match(KEYS[1], '[^:]+$'))
+  'payload', ARGV[2], 'sig', ARGV[3], 'session', string.match(KEYS[1], '[^:]+$'), 'sent_ms', now_ms())
 redis.call('LPUSH', KEYS[3], a.id)
 return 'sent'

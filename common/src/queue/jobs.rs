@@ -58,18 +58,37 @@ pub enum Cancelled {
     NotFound,
 }
 
-/// A stream entry a worker has claimed.
+/// A job a worker has claimed.
 #[derive(Debug, Clone)]
 pub struct Claimed {
-    /// The owner stream it is in.
-    pub stream: String,
-    /// The stream entry id, needed to ack it.
-    pub entry: String,
+    /// Where it was handed over from.
+    pub handover: Handover,
     pub id: String,
     pub payload: String,
     pub signature: String,
     /// How many times the entry has been delivered, this time included.
     pub deliveries: u64,
+}
+
+/// Where a claimed job was handed to its worker from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Handover {
+    /// Entry `entry` of an owner's stream: the worker's group holds it until
+    /// the job is final, then it is acknowledged and deleted.
+    Stream { stream: String, entry: String },
+    /// A session worker's inbox, a list of job ids: there is nothing to
+    /// acknowledge, and the session, not a group, holds the task.
+    Inbox,
+}
+
+impl Claimed {
+    /// The stream and entry id, for a job claimed from a stream.
+    pub fn stream_entry(&self) -> Option<(&str, &str)> {
+        match &self.handover {
+            Handover::Stream { stream, entry } => Some((stream, entry)),
+            Handover::Inbox => None,
+        }
+    }
 }
 
 /// One job to enqueue on its own (not in a batch), signed.
@@ -202,7 +221,9 @@ struct FinishArgs<'a> {
     finished_at: &'a str,
     ttl_s: Decimal,
     group: &'a str,
-    entry: &'a str,
+    /// Absent for a job from a session's inbox, which has no entry.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    entry: Option<&'a str>,
     done_channel: &'a str,
     id: &'a str,
     boot_ms: Decimal,
@@ -364,7 +385,8 @@ impl Queue {
             let Value::Array(parts) = reply else { return Err(QueueError::Protocol("XAUTOCLAIM".into())) };
             let Some(Value::Array(entries)) = parts.into_iter().nth(1) else { continue };
             for entry in entries.into_iter().filter_map(|e| parse_entry(e, &stream, 0)) {
-                let deliveries = self.deliveries(&stream, &entry.entry).await?;
+                let Some((_, id)) = entry.stream_entry() else { continue };
+                let deliveries = self.deliveries(&stream, id).await?;
                 claimed.push(Claimed { deliveries, ..entry });
             }
         }
@@ -398,7 +420,7 @@ impl Queue {
             .key(self.keys.job(&entry.id))
             .arg(worker)
             .arg(started_at)
-            .arg(&entry.entry)
+            .arg(entry.stream_entry().map_or("", |(_, id)| id))
             .invoke_async(&mut self.conn.clone())
             .await?;
         Ok(u64::try_from(queued_ms).ok().map(Duration::from_millis))
@@ -424,7 +446,7 @@ impl Queue {
             finished_at,
             ttl_s: ttl_s(ttl),
             group: keys::GROUP,
-            entry: &claimed.entry,
+            entry: claimed.stream_entry().map(|(_, id)| id),
             done_channel: keys::DONE_CHANNEL,
             id: &claimed.id,
             boot_ms: Decimal(u64::try_from(boot.as_millis()).unwrap_or(u64::MAX)),
@@ -435,9 +457,11 @@ impl Queue {
             job_prefix: &job_prefix,
             prefix: &self.keys.prefix,
         };
-        let write_ms: i64 = FINISH_SCRIPT
-            .key(self.keys.job(&claimed.id))
-            .key(&claimed.stream)
+        let mut invocation = FINISH_SCRIPT.key(self.keys.job(&claimed.id));
+        if let Some((stream, _)) = claimed.stream_entry() {
+            invocation.key(stream);
+        }
+        let write_ms: i64 = invocation
             .arg(to_json(&args)?)
             .arg(result)
             .arg(CANCELLED_RESULT.as_str())
@@ -560,7 +584,8 @@ impl Queue {
             .await?;
         let Value::Array(entries) = first else { return Ok(None) };
         let Some(entry) = entries.into_iter().next().and_then(|e| parse_entry(e, stream, 0)) else { return Ok(None) };
-        let created_ms: u64 = entry.entry.split('-').next().and_then(|ms| ms.parse().ok()).unwrap_or(now_ms);
+        let Some((_, id)) = entry.stream_entry() else { return Ok(None) };
+        let created_ms: u64 = id.split('-').next().and_then(|ms| ms.parse().ok()).unwrap_or(now_ms);
         Ok(Some(Duration::from_millis(now_ms.saturating_sub(created_ms))))
     }
 }
@@ -593,8 +618,7 @@ static CANCELLED_RESULT: LazyLock<String> = LazyLock::new(|| {
 fn parse_entry(value: Value, stream: &str, deliveries: u64) -> Option<Claimed> {
     let (entry, fields) = entry_fields(value)?;
     Some(Claimed {
-        stream: stream.to_owned(),
-        entry,
+        handover: Handover::Stream { stream: stream.to_owned(), entry },
         id: field(&fields, "id").unwrap_or_default(),
         payload: field(&fields, "payload").unwrap_or_default(),
         signature: field(&fields, "sig").unwrap_or_default(),

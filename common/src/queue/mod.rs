@@ -59,7 +59,9 @@ use redis::{AsyncCommands, RedisResult, Value};
 
 pub use batches::{BatchJob, BatchRecord};
 pub use callbacks::CallbackDue;
-pub use jobs::{Cancelled, Claimed, Enqueued, Idempotency, JobRecord, JobSummary, NewJob, OverQuota, Quota, Timings};
+pub use jobs::{
+    Cancelled, Claimed, Enqueued, Handover, Idempotency, JobRecord, JobSummary, NewJob, OverQuota, Quota, Timings,
+};
 
 use crate::connection::{Connection, RedisTarget, pubsub_client};
 use crate::keys::QueueKeys;

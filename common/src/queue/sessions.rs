@@ -26,7 +26,7 @@ use std::time::Duration;
 use redis::{AsyncCommands, Script};
 
 use super::jobs::ttl_s;
-use super::{Claimed, Decimal, Queue, QueueError, to_json};
+use super::{Claimed, Decimal, Handover, Queue, QueueError, to_json};
 use crate::config::millis;
 use crate::{Checkpoint, CheckpointInfo, Language, Recovery, Sent, SessionRecord, SessionStatus};
 
@@ -215,9 +215,8 @@ impl Queue {
         Ok(popped.map(|(_, id)| id))
     }
 
-    /// Session job `id` as a claimed entry, ready for [`Queue::start`] and
-    /// [`Queue::finish`]: it has no stream entry, so those find nothing to
-    /// acknowledge. None when its hash is gone.
+    /// Session job `id`, taken from its worker's inbox, ready for
+    /// [`Queue::start`] and [`Queue::finish`]. None when its hash is gone.
     pub async fn claim_session_task(&self, id: &str) -> Result<Option<Claimed>, QueueError> {
         let (payload, signature): (Option<String>, Option<String>) = redis::cmd("HMGET")
             .arg(self.keys.job(id))
@@ -225,14 +224,7 @@ impl Queue {
             .query_async(&mut self.conn.clone())
             .await?;
         let (Some(payload), Some(signature)) = (payload, signature) else { return Ok(None) };
-        Ok(Some(Claimed {
-            stream: self.keys.session_tasks(),
-            entry: format!("{}-0", crate::now_unix_ms()),
-            id: id.to_owned(),
-            payload,
-            signature,
-            deliveries: 1,
-        }))
+        Ok(Some(Claimed { handover: Handover::Inbox, id: id.to_owned(), payload, signature, deliveries: 1 }))
     }
 
     /// Busy → idle on `worker`, after a task that ran `execs` programs and

@@ -16,7 +16,10 @@ async fn a_job_goes_from_enqueue_to_claim_start_and_finish() {
     assert_eq!(queue.depth().await.expect("redis"), 1);
 
     let [claimed] = <[_; 1]>::try_from(claim(&queue, "w1", 1).await).expect("one entry");
-    assert_eq!((claimed.id.as_str(), claimed.stream.as_str()), ("j1", keys().jobs_stream("alice").as_str()));
+    assert_eq!(
+        (claimed.id.as_str(), claimed.stream_entry().map(|(stream, _)| stream)),
+        ("j1", Some(keys().jobs_stream("alice").as_str()))
+    );
     assert!(queue.start(&claimed, "w1", "2026-01-01T00:00:00Z").await.expect("redis").is_some());
     let record = queue.get("j1").await.expect("redis").expect("it exists");
     assert_eq!((record.status, record.worker.as_deref()), (Status::Running, Some("w1")));

@@ -3,9 +3,9 @@
 
 use std::time::Duration;
 
-use runbox_common::{CheckpointInfo, Language, Queue, Recovery, Sent, SessionStatus};
+use runbox_common::{CheckpointInfo, Handover, Language, Queue, Recovery, Sent, SessionStatus, Status};
 
-use crate::util::{Redis, ScriptRedis, TTL, keys};
+use crate::util::{Redis, ScriptRedis, TTL, finish, keys, outcome};
 
 const OWNER: &str = "alice";
 
@@ -215,4 +215,29 @@ async fn a_sessions_times_and_task_reach_redis_exactly() {
     assert_eq!(queue.recover_session("s/1", "alice/bob", "w/1", ttl).await.expect("redis"), Recovery::Lost);
     let kept: i64 = redis.cmd(redis::cmd("TTL").arg(keys().session("s/1"))).await;
     assert!(u64::try_from(kept).is_ok_and(|s| s.abs_diff(ttl.as_secs()) <= 1), "{kept}");
+}
+
+#[tokio::test]
+async fn a_task_from_the_inbox_starts_and_finishes_without_a_stream_entry() {
+    let redis = Redis::start().await;
+    let queue = redis.queue();
+    assert!(create(&queue, "s1", Duration::from_secs(600), 4).await);
+    assert!(queue.session_ready("s1", "w1", None).await.expect("redis"));
+    assert_eq!(send(&queue, "s1", "w1", "x1", true).await, Sent::Sent);
+    let task = queue.claim_session_task("x1").await.expect("redis").expect("the task's job hash");
+    assert_eq!(task.handover, Handover::Inbox);
+    assert_eq!(task.stream_entry(), None);
+
+    // Its time in the queue counts from when it was sent, not from a made-up entry id.
+    let sent_ms: u64 = redis.cmd(redis::cmd("HGET").arg(keys().job("x1")).arg("sent_ms")).await;
+    redis.cmd::<i64>(redis::cmd("HSET").arg(keys().job("x1")).arg("sent_ms").arg(sent_ms - 5_000)).await;
+    let queued = queue.start(&task, "w1", "2026-01-01T00:00:00Z").await.expect("redis").expect("it may run");
+    assert!(queued >= Duration::from_secs(5) && queued < Duration::from_secs(60), "{queued:?}");
+
+    finish(&queue, &task, &outcome(Status::Completed, "done")).await;
+    let record = queue.get("x1").await.expect("redis").expect("it exists");
+    assert_eq!((record.status, record.outcome.expect("an outcome").stdout.as_str()), (Status::Completed, "done"));
+    let streams: Vec<String> = redis.cmd(redis::cmd("KEYS").arg("*stream*")).await;
+    let tasks: Vec<String> = redis.cmd(redis::cmd("KEYS").arg("*session-tasks*")).await;
+    assert!(tasks.is_empty() && streams.iter().all(|k| !k.contains("session")), "{streams:?} {tasks:?}");
 }
