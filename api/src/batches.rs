@@ -86,7 +86,7 @@ pub async fn submit(
 ) -> Result<Response, ApiError> {
     let limits = &state.config.limits;
     let body = json_body(&headers, body, limits.max_batch_bytes)?;
-    let batch = BatchRequest::parse(&body)?.validate(limits)?;
+    let batch = BatchRequest::parse(&body, limits.max_batch)?.validate(limits)?;
     let callback = callback_urls::check_url(&state.config.callbacks, &caller.0, batch.callback_url).await?;
     let (stop_on_failure, shared_runtime) = (batch.stop_on_first_failure, batch.shared_runtime);
     let total = batch.jobs.len();

@@ -115,8 +115,12 @@ fn document_for(limits: &ApiLimits, sessions: &SessionLimits) -> Value {
         properties["memory_mb"]["maximum"] = json!(requests::MAX_MEMORY_MB);
         properties["args"]["maxItems"] = json!(requests::MAX_ARGS);
         properties["files"]["maxItems"] = json!(requests::MAX_FILES);
-        properties["return_files"]["oneOf"][1]["maxItems"] = json!(runbox_common::MAX_RETURN_FILES);
     }
+    // The array branch of `return_files` (its other branch is a boolean).
+    schemas["ReturnFilesRequest"]["oneOf"][1]["maxItems"] = json!(runbox_common::MAX_RETURN_FILES);
+    schemas["CaseRequest"]["properties"]["args"]["maxItems"] = json!(requests::MAX_ARGS);
+    schemas["JobsBatch"]["properties"]["jobs"]["maxItems"] = json!(limits.max_batch);
+    schemas["CasesBatch"]["properties"]["cases"]["maxItems"] = json!(limits.max_batch);
     schemas["SessionRequest"]["properties"]["idle_timeout_s"]["maximum"] = json!(sessions.max_idle.as_secs());
     add_cross_field_rules(schemas);
     doc
@@ -197,6 +201,17 @@ mod tests {
         assert_eq!(job["files"]["maxItems"], requests::MAX_FILES);
         assert_eq!(job["memory_mb"]["maximum"], requests::MAX_MEMORY_MB);
         assert_eq!(job["timeout_ms"]["maximum"], limits.timeouts.max_ms());
+        // Each patched bound sits on the schema of the value it bounds.
+        let schemas = &doc["components"]["schemas"];
+        let paths = &schemas["ReturnFilesRequest"]["oneOf"][1];
+        assert_eq!((&paths["type"], &paths["maxItems"]), (&json!("array"), &json!(runbox_common::MAX_RETURN_FILES)));
+        for (schema, list) in [("JobRequest", "args"), ("JobRequest", "files"), ("CaseRequest", "args")] {
+            assert_eq!(schemas[schema]["properties"][list]["type"], json!(["array", "null"]), "{schema}.{list}");
+        }
+        for (schema, list) in [("JobsBatch", "jobs"), ("CasesBatch", "cases")] {
+            let items = &schemas[schema]["properties"][list];
+            assert_eq!((&items["type"], &items["maxItems"]), (&json!("array"), &json!(limits.max_batch)), "{schema}");
+        }
     }
 
     #[test]

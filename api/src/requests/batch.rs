@@ -106,16 +106,35 @@ impl BatchRequest {
     /// Reads a batch's body: `jobs` makes it a batch of jobs, `program` or
     /// `cases` one of cases, and each is then read as its own type, so that
     /// an error names its field.
-    pub fn parse(body: &[u8]) -> Result<BatchRequest, ApiError> {
-        let serde_json::Value::Object(fields) = super::json_object(body)? else { unreachable!("an object") };
-        let present = |name: &str| fields.get(name).is_some_and(|v| !v.is_null());
-        let (jobs, cases) = (present("jobs"), present("program") || present("cases"));
+    pub fn parse(body: &[u8], max_batch: usize) -> Result<BatchRequest, ApiError> {
+        let serde_json::Value::Object(mut fields) = super::json_object(body)? else { unreachable!("an object") };
+        // A null field is an absent one, as in a job.
+        fields.retain(|_, value| !value.is_null());
+        let (jobs, cases) =
+            (fields.contains_key("jobs"), fields.contains_key("program") || fields.contains_key("cases"));
+        if jobs && cases {
+            return Err(FieldError::invalid("jobs", "give either jobs, or program and cases").into());
+        }
+        // Counted before any job is read or a program copied per case, so
+        // a body of millions of `{}` costs no more than its JSON.
+        for list in ["jobs", "cases"] {
+            if let Some(items) = fields.get(list).and_then(serde_json::Value::as_array)
+                && items.len() > max_batch
+            {
+                let message = format!("the batch holds {} jobs; a batch holds 1 to {max_batch}", items.len());
+                return Err(FieldError::invalid(list, message).into());
+            }
+        }
         let value = serde_json::Value::Object(fields);
         Ok(match (jobs, cases) {
             (true, false) => BatchRequest::Jobs(from_value(value)?),
-            (false, true) => BatchRequest::Cases(from_value(value)?),
-            (false, false) => return Err(FieldError::invalid("jobs", "jobs is required (or program and cases)").into()),
-            (true, true) => return Err(FieldError::invalid("jobs", "give either jobs, or program and cases").into()),
+            (false, true) => BatchRequest::Cases(from_value(value).map_err(|e| item_error(e, "program"))?),
+            (false, false) => match from_value::<JobsBatch>(value) {
+                // A misspelt field is named as such.
+                Err(error) if error.code == "unknown_field" => return Err(error.into()),
+                _ => return Err(FieldError::invalid("jobs", "jobs is required (or program and cases)").into()),
+            },
+            (true, true) => unreachable!("refused above"),
         })
     }
 }
@@ -133,7 +152,7 @@ impl BatchRequest {
     pub fn validate(self, limits: &ApiLimits) -> Result<BatchJobs, FieldError> {
         let (items, stop, shared_runtime, callback_url): (Vec<Result<Program, FieldError>>, _, _, _) = match self {
             BatchRequest::Jobs(batch) => {
-                let jobs = batch.jobs.into_iter().map(|Item(job)| job.map_err(|e| item_error(e, "a job"))).collect();
+                let jobs = batch.jobs.into_iter().map(|Item(job)| job.map_err(|e| item_error(e, "job"))).collect();
                 (jobs, batch.stop_on_first_failure, batch.shared_runtime, batch.callback_url)
             }
             // Test cases are one program run many times: the owner's
@@ -143,7 +162,7 @@ impl BatchRequest {
                 let jobs = batch
                     .cases
                     .into_iter()
-                    .map(|Item(case)| case.map(|case| program.with(case)).map_err(|e| item_error(e, "a case")))
+                    .map(|Item(case)| case.map(|case| program.with(case)).map_err(|e| item_error(e, "case")))
                     .collect();
                 (jobs, batch.stop_on_first_failure, Some(batch.shared_runtime.unwrap_or(true)), batch.callback_url)
             }
@@ -169,15 +188,18 @@ impl Program {
     }
 }
 
-/// What is wrong with one item of a batch (`what`: "a job", "a case"),
-/// said in a batch's terms.
-fn item_error(error: FieldError, what: &str) -> FieldError {
+/// What is wrong with one item of a batch (`item`: "job", "case", or
+/// "program"), said in a batch's terms.
+fn item_error(error: FieldError, item: &str) -> FieldError {
     match error.field.as_str() {
         // Not an object at all: serde would name the Rust type it expected.
-        "" => FieldError::invalid("", format!("{what} must be a JSON object")),
-        field @ ("callback_url" | "shared_runtime") if error.code == "unknown_field" => {
-            let message = format!("{field} belongs on the batch, not on its jobs");
-            FieldError::invalid(field, message)
+        "" => FieldError::invalid("", format!("a {item} must be a JSON object")),
+        field @ ("callback_url" | "shared_runtime" | "program.callback_url" | "program.shared_runtime")
+            if error.code == "unknown_field" =>
+        {
+            let name = field.trim_start_matches("program.");
+            let on = if item == "program" { "its program" } else { "its jobs" };
+            FieldError::invalid(field, format!("{name} belongs on the batch, not on {on}"))
         }
         _ => error,
     }

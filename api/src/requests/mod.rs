@@ -326,7 +326,8 @@ mod tests {
     #[test]
     fn a_batch_reports_each_bad_job_by_index_and_field() {
         let limits = ApiLimits::default();
-        let batch = |body: &str| BatchRequest::parse(body.as_bytes()).and_then(|b| Ok(b.validate(&limits)?));
+        let batch =
+            |body: &str| BatchRequest::parse(body.as_bytes(), limits.max_batch).and_then(|b| Ok(b.validate(&limits)?));
         let checked = batch(
             r#"{"jobs":[{"language":"py","code":"1"},{"language":"py","code":1},{"language":"py","code":"1","callback_url":"x"}]}"#,
         )
@@ -351,6 +352,23 @@ mod tests {
         assert_eq!(checked.jobs[1].as_ref().expect_err("no expected_stdout").field, "compare");
         assert_eq!(checked.jobs[2].as_ref().expect_err("unknown").code, "unknown_field");
 
+        let checked = batch(r#"{"jobs":[1]}"#).expect("a batch");
+        assert_eq!(checked.jobs[0].as_ref().expect_err("not an object").message, "a job must be a JSON object");
+
+        // A null field is an absent one, whichever shape the batch has.
+        let checked = batch(r#"{"jobs":null,"program":{"language":"py","code":"1"},"cases":[{}],"callback_url":null}"#);
+        assert!(checked.is_ok_and(|b| b.jobs.len() == 1));
+        let checked = batch(r#"{"jobs":[{"language":"py","code":"1"}],"program":null,"cases":null}"#);
+        assert!(checked.is_ok_and(|b| b.jobs.len() == 1));
+
+        // Too many cases are refused before the program is copied into each.
+        let limits = ApiLimits { max_batch: 2, ..ApiLimits::default() };
+        let error = BatchRequest::parse(br#"{"program":{"language":"py","code":"1"},"cases":[{},{},{}]}"#, 2)
+            .expect_err("refused");
+        assert!(error.to_string().contains("a batch holds 1 to 2"), "{error}");
+        let fits = BatchRequest::parse(br#"{"program":{"language":"py","code":"1"},"cases":[{},{}]}"#, 2);
+        assert_eq!(fits.expect("fits").validate(&limits).expect("valid").jobs.len(), 2);
+
         for (body, expected) in [
             (r#"{}"#, "jobs is required (or program and cases)"),
             (r#"{"jobs":[],"program":{}}"#, "give either jobs, or program and cases"),
@@ -358,6 +376,8 @@ mod tests {
             (r#"{"jobs":{}}"#, "jobs must be an array of jobs"),
             (r#"{"jobs":[{"language":"py","code":"1"}],"stop_on_first_failure":1}"#, "must be true or false"),
             (r#"{"jobs":[{"language":"py","code":"1"}],"typo":1}"#, "unknown field \"typo\""),
+            (r#"{"job":[{"language":"py","code":"1"}]}"#, "unknown field \"job\""),
+            (r#"{"program":{"language":"py","code":"1","shared_runtime":true},"cases":[{}]}"#, "not on its program"),
         ] {
             let error = batch(body).err().unwrap_or_else(|| panic!("{body} is refused"));
             assert!(error.to_string().contains(expected), "{body}: {error}");
