@@ -220,7 +220,13 @@ async fn run_script_stops_everything(signal: Signal, to: To) {
         let path = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../target/debug")).join(name);
         assert!(path.exists(), "{} is missing: run `cargo build --workspace`", path.display());
     }
-    let mut script = Command::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts/run"))
+    // Through `env --default-signal=HUP`, which execs the script in its
+    // place: a shell cannot trap a signal it inherited as ignored, and a
+    // test run started under `nohup` (or any parent ignoring SIGHUP) would
+    // otherwise test the parent, not the script.
+    let mut script = Command::new("env")
+        .arg("--default-signal=HUP")
+        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts/run"))
         .env("RUNBOX_PROFILE", "dev")
         .env("RUNBOX_SKIP_SETUP", "1")
         .env("PORT", port.to_string())
