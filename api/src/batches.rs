@@ -126,7 +126,7 @@ pub async fn submit(
             state.config.quotas.of(&caller.0),
         )
         .await?;
-    let (batch_id, job_ids) = match pipeline::admitted(&state, &caller, enqueued, &specs.iter().collect::<Vec<_>>())? {
+    let (batch_id, job_ids) = match pipeline::admitted(&state, &caller, enqueued, &specs)? {
         None => {
             tracing::info!(id = %batch_id, jobs = jobs.len(), "batch queued");
             (batch_id, jobs.into_iter().map(|j| j.id).collect())

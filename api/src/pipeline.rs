@@ -58,7 +58,7 @@ pub(crate) async fn enqueue(
         .queue
         .enqueue(&job, state.config.limits.max_queue, idempotency, state.config.quotas.of(&caller.0))
         .await?;
-    match admitted(state, caller, enqueued, &[spec])? {
+    match admitted(state, caller, enqueued, [spec])? {
         None => {
             tracing::info!(%id, language = %spec.language, "job queued");
             Ok(Queued { id, duplicate: false })
@@ -90,11 +90,11 @@ pub(crate) fn sign(state: &AppState, spec: &JobSpec) -> Result<Signed, ApiError>
 /// What the queue said to `specs`, submitted as one by `caller`: queued
 /// (None, and counted), an earlier submission with the same idempotency
 /// key (its id), or refused (the 503 or 429 that says why).
-pub(crate) fn admitted(
+pub(crate) fn admitted<'a>(
     state: &AppState,
     caller: &Caller,
     enqueued: Enqueued,
-    specs: &[&JobSpec],
+    specs: impl IntoIterator<Item = &'a JobSpec>,
 ) -> Result<Option<String>, ApiError> {
     match enqueued {
         Enqueued::Accepted => {

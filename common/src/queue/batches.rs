@@ -7,9 +7,8 @@ use std::sync::LazyLock;
 
 use redis::{AsyncCommands, Script};
 
-use super::jobs::{WAKE_TOKENS, enqueued, ttl_s};
-use super::{Decimal, Enqueued, Idempotency, Queue, QueueError, Quota, to_json};
-use crate::keys;
+use super::jobs::{Admission, enqueued};
+use super::{Enqueued, Idempotency, Queue, QueueError, Quota, to_json};
 
 /// One job of a batch, signed and ready to enqueue.
 #[derive(Debug, Clone)]
@@ -47,21 +46,10 @@ static ENQUEUE_BATCH_SCRIPT: LazyLock<Script> = LazyLock::new(|| {
 /// enqueue_batch.lua's argument table; the jobs and their ids follow it.
 #[derive(serde::Serialize)]
 struct EnqueueBatchArgs<'a> {
-    cap: u64,
-    owner: &'a str,
-    created_at: &'a str,
+    #[serde(flatten)]
+    admission: Admission<'a>,
     batch_id: &'a str,
     stop_on_failure: bool,
-    /// Only with an idempotency key.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    idempotency_ttl_s: Option<Decimal>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    callback: Option<&'a str>,
-    quota_max_active: u64,
-    quota_per_second: u64,
-    group: &'a str,
-    wake_tokens: u64,
-    prefix: &'a str,
 }
 
 /// One job of enqueue_batch.lua's array of jobs.
@@ -103,20 +91,8 @@ impl Queue {
         if let Some(idempotency) = idempotency {
             invocation.key(keys.idempotency("batch", owner, idempotency.key));
         }
-        let args = EnqueueBatchArgs {
-            cap,
-            owner,
-            created_at,
-            batch_id,
-            stop_on_failure,
-            idempotency_ttl_s: idempotency.map(|i| ttl_s(i.ttl)),
-            callback: callback.filter(|c| !c.is_empty()),
-            quota_max_active: quota.max_active,
-            quota_per_second: quota.per_second,
-            group: keys::GROUP,
-            wake_tokens: WAKE_TOKENS,
-            prefix: &keys.prefix,
-        };
+        let admission = Admission::new(keys, owner, created_at, cap, idempotency, callback, quota);
+        let args = EnqueueBatchArgs { admission, batch_id, stop_on_failure };
         invocation.arg(to_json(&args)?).arg(to_json(&script_jobs)?).arg(to_json(&ids)?);
         enqueued(invocation.invoke_async(&mut self.conn.clone()).await?)
     }

@@ -197,10 +197,19 @@ static CANCEL_SCRIPT: LazyLock<Script> = LazyLock::new(|| {
 /// follow it.
 #[derive(serde::Serialize)]
 struct EnqueueArgs<'a> {
-    cap: u64,
+    #[serde(flatten)]
+    admission: Admission<'a>,
     id: &'a str,
-    owner: &'a str,
     language: &'a str,
+}
+
+/// What enqueue.lua and enqueue_batch.lua both read to admit a submission
+/// of `owner`'s: the depth cap, the idempotency key's TTL, the callback, the
+/// owner's quota, and where to queue and wake.
+#[derive(serde::Serialize)]
+pub(super) struct Admission<'a> {
+    cap: u64,
+    owner: &'a str,
     created_at: &'a str,
     /// Only with an idempotency key.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -212,6 +221,31 @@ struct EnqueueArgs<'a> {
     group: &'a str,
     wake_tokens: u64,
     prefix: &'a str,
+}
+
+impl<'a> Admission<'a> {
+    pub(super) fn new(
+        keys: &'a keys::QueueKeys,
+        owner: &'a str,
+        created_at: &'a str,
+        cap: u64,
+        idempotency: Option<Idempotency<'_>>,
+        callback: Option<&'a str>,
+        quota: Quota,
+    ) -> Admission<'a> {
+        Admission {
+            cap,
+            owner,
+            created_at,
+            idempotency_ttl_s: idempotency.map(|i| ttl_s(i.ttl)),
+            callback: callback.filter(|c| !c.is_empty()),
+            quota_max_active: quota.max_active,
+            quota_per_second: quota.per_second,
+            group: keys::GROUP,
+            wake_tokens: WAKE_TOKENS,
+            prefix: &keys.prefix,
+        }
+    }
 }
 
 /// finish.lua's argument table; the result and the cancelled result follow it.
@@ -271,20 +305,8 @@ impl Queue {
         if let Some(idempotency) = idempotency {
             invocation.key(keys.idempotency("job", owner, idempotency.key));
         }
-        let args = EnqueueArgs {
-            cap,
-            id,
-            owner,
-            language,
-            created_at,
-            idempotency_ttl_s: idempotency.map(|i| ttl_s(i.ttl)),
-            callback: callback.filter(|c| !c.is_empty()),
-            quota_max_active: quota.max_active,
-            quota_per_second: quota.per_second,
-            group: keys::GROUP,
-            wake_tokens: WAKE_TOKENS,
-            prefix: &keys.prefix,
-        };
+        let admission = Admission::new(keys, owner, created_at, cap, idempotency, callback, quota);
+        let args = EnqueueArgs { admission, id, language };
         invocation.arg(to_json(&args)?).arg(payload).arg(signature).arg(compat.unwrap_or(""));
         enqueued(invocation.invoke_async(&mut self.conn.clone()).await?)
     }
