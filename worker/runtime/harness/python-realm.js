@@ -174,7 +174,7 @@
    * header and JSON, which Pyodide reads; `size` the whole snapshot's;
    * `packagesZip` where the runtime's packages go, on sys.path).
    */
-  async function boot({ memoryMb, lock, header, size, runner, packagesZip }) {
+  async function boot({ memoryMb, lock, header, size, runner, packagesZip, tableLayout }) {
     capWasmMemory(memoryMb);
     const wasm = WebAssembly;
     const original = wasm.instantiate;
@@ -192,6 +192,21 @@
     realm.__runboxRestore = (heap) => {
       restoreMemory(heap.buffer);
     };
+    // The exports relocated as Emscripten's relocateExports does, and the
+    // table slots its updateGOT would have given them filled, in the same
+    // order, without the GOT entries (see the patches in python-realms.mjs).
+    realm.__runboxRelocate = (exports, memoryBase, table) => {
+      const relocated = {};
+      for (const name in exports) {
+        const value = exports[name];
+        relocated[name] = typeof value === "object" ? value.value + memoryBase : value;
+      }
+      const layout = JSON.parse(tableLayout);
+      let slot = table.length;
+      table.grow(layout.length);
+      for (const name of layout) table.set(slot++, exports[name]);
+      return relocated;
+    };
     let pyodide;
     try {
       pyodide = await realm.loadPyodide({
@@ -204,10 +219,12 @@
     } finally {
       wasm.instantiate = original;
       delete realm.__runboxRestore;
+      delete realm.__runboxRelocate;
       delete realm.loadPyodide;
     }
     pyodide._api.config._loadSnapshot = undefined;
-    pyodide.FS.writeFile(packagesZip, fileBytes("packages.zip"));
+    // A fresh copy, which the file system takes as it is rather than copying.
+    pyodide.FS.writeFile(packagesZip, fileBytes("packages.zip"), { canOwn: true });
     const sink = (fd) => ({
       write(bytes) {
         write(fd, bytes);

@@ -58,6 +58,13 @@ const PATCHES = [
     replace: "globalThis.loadPyodide = $1;",
   },
   {
+    file: "pyodide.mjs",
+    // The standard library's 2.4 MB are the realm's own copy already: the
+    // in-memory file system takes them instead of copying them again.
+    find: /FS\.writeFile\(`\/lib\/python\$\{(\w)\}\$\{(\w)\}\.zip`,(\w)\)/,
+    replace: "FS.writeFile(`/lib/python${$1}${$2}.zip`,$3,{canOwn:true})",
+  },
+  {
     file: "pyodide.asm.js",
     // restoreSnapshot copies the image into the heap; the harness does (see restoreMemory).
     find: /Module\.HEAP8\.set\((\w+)\),(\w+)\}/,
@@ -69,6 +76,71 @@ const PATCHES = [
     // realm's crypto.getRandomValues (the harness's, by copy) serves instead.
     find: /if\(ENVIRONMENT_IS_SHELL\)\{return view=>\{if\(!os\.system\)/,
     replace: "if(false){return view=>{if(!os.system)",
+  },
+  // Emscripten's dynamic linking, done once per realm, cost more than half
+  // of building one (see docs/performance.md). What no one reads is not
+  // built; what is read is found where it already is:
+  {
+    file: "pyodide.asm.js",
+    // The main module's exports are relocated, but not each entered in the
+    // GOT with a table slot of its own, which only a side module's link
+    // or dlsym would read: both resolve a symbol through wasmImports (see
+    // the next patch) and give a function its slot when they first ask.
+    // The slots updateGOT would have given the exports are still filled
+    // in the same order, from a list the harness reads off the module
+    // (`tableLayout`): the memory snapshot holds function pointers into them.
+    find: /wasmExports=relocateExports\(wasmExports,1024\);/,
+    replace: "wasmExports=__runboxRelocate(wasmExports,1024,wasmTable);",
+  },
+  {
+    file: "pyodide.asm.js",
+    // wasmImports resolves every export it does not define itself, as
+    // mergeLibSymbols made it do by copying all 9,708, through its prototype.
+    find: /mergeLibSymbols\(wasmExports,"main"\);/,
+    replace: "Object.setPrototypeOf(wasmImports,wasmExports);",
+  },
+  {
+    file: "pyodide.asm.js",
+    // A JS function the module takes the address of (the 280 GOT.func
+    // imports, nearly all WebGL stubs) is not in the table: it gets a slot
+    // without first mapping the whole table to look for it, one per
+    // function (20 of the names are aliases), remembered in `addFunction.js`.
+    find: /entry\.value=addFunction\(value,value\.sig\)/,
+    replace:
+      'entry.value=typeof value.sig!="string"?addFunction(value,value.sig):(addFunction.js??=new Map).get(value)??(slot=>(setWasmTableEntry(slot,convertJsFunctionToWasm(value,value.sig)),addFunction.js.set(value,slot),slot))(getEmptyTableSlot())',
+  },
+  {
+    file: "pyodide.asm.js",
+    // ... so that the table's map, once something builds it, knows them.
+    find: /functionsInTableMap=new WeakMap;/,
+    replace: "functionsInTableMap=new WeakMap(addFunction.js);",
+  },
+  {
+    file: "pyodide.asm.js",
+    // dlsym on the main module finds every export: they are wasmImports'
+    // through its prototype, not its own (see above).
+    find: /if\(!lib\.exports\.hasOwnProperty\(symbol\)\|\|lib\.exports\[symbol\]\.stub\)/,
+    replace:
+      "if(!(lib.exports.hasOwnProperty(symbol)||lib.exports===wasmImports&&Object.hasOwn(Object.getPrototypeOf(wasmImports),symbol))||lib.exports[symbol].stub)",
+  },
+  {
+    file: "pyodide.asm.js",
+    // The exports with a few wrapped: the rest are found through the
+    // prototype instead of copied one by one (nothing lists them).
+    find: /function applySignatureConversions\(wasmExports\)\{wasmExports=Object\.assign\(\{\},wasmExports\);/,
+    replace: "function applySignatureConversions(wasmExports){wasmExports=Object.create(wasmExports);",
+  },
+  {
+    file: "pyodide.asm.js",
+    // Its wrapper module is compiled once per signature, not once per function.
+    find: /var module=new WebAssembly\.Module\(new Uint8Array\(bytes\)\);/,
+    replace: "var module=(convertJsFunctionToWasm.modules??={})[sig]??=new WebAssembly.Module(new Uint8Array(bytes));",
+  },
+  {
+    file: "pyodide.asm.js",
+    // CPython's call trampoline is a new function: it needs a slot, not a search.
+    find: /return addFunction\(inst\.exports\.f\)/,
+    replace: "return(slot=>(setWasmTableEntry(slot,inst.exports.f),slot))(getEmptyTableSlot())",
   },
 ];
 
@@ -116,6 +188,7 @@ export async function prepareRealms(dir, snapshotPath, realmSource) {
       ["packages.zip", readPackages(dir) ?? new Uint8Array(0)],
     ]),
     lock: decoder.decode(read("pyodide-lock.json")),
+    tableLayout: JSON.stringify(tableLayout(wasm)),
     header: snapshot.slice(0, headerLength),
     image: snapshot.subarray(headerLength),
     size: snapshotPath ? snapshot.length : 0,
@@ -123,6 +196,117 @@ export async function prepareRealms(dir, snapshotPath, realmSource) {
     pages: null,
   };
 }
+
+/**
+ * The function exports of wasm module `bytes` that Emscripten's updateGOT
+ * gives a table slot when it links the module, in slot order: each
+ * function export, in export order, that the module's element segments do
+ * not already put in the table, once per function, less the symbols
+ * Emscripten keeps internal. Read from the binary, so that each realm
+ * fills the slots without searching the table.
+ */
+function tableLayout(bytes) {
+  let at = 8;
+  const u32 = () => {
+    let result = 0;
+    let shift = 0;
+    let byte;
+    do {
+      byte = bytes[at++];
+      result |= (byte & 0x7f) << shift;
+      shift += 7;
+    } while (byte & 0x80);
+    return result >>> 0;
+  };
+  const name = () => {
+    const length = u32();
+    at += length;
+    return decoder.decode(bytes.subarray(at - length, at));
+  };
+  const skipExpression = () => {
+    while (bytes[at] !== 0x0b) {
+      const op = bytes[at++];
+      if (op === 0x23 || op === 0x41 || op === 0xd2) u32(); // global.get, i32.const, ref.func
+      else throw new Error(`unexpected opcode ${op} in a constant expression`);
+    }
+    at++;
+  };
+  let importedFunctions = 0;
+  const exports = [];
+  const inTable = new Set();
+  while (at < bytes.length) {
+    const id = bytes[at++];
+    const size = u32();
+    const end = at + size;
+    if (id === 2) {
+      for (let n = u32(); n > 0; n--) {
+        name();
+        name();
+        const kind = bytes[at++];
+        if (kind === 0) {
+          importedFunctions++;
+          u32();
+        } else if (kind === 1) {
+          at++;
+          if (bytes[at++] & 1) u32();
+          u32();
+        } else if (kind === 2) {
+          if (bytes[at++] & 1) u32();
+          u32();
+        } else if (kind === 3) {
+          at += 2;
+        } else if (kind === 4) {
+          at++;
+          u32();
+        }
+      }
+    } else if (id === 7) {
+      for (let n = u32(); n > 0; n--) {
+        const exported = name();
+        const kind = bytes[at++];
+        const index = u32();
+        if (kind === 0) exports.push([exported, index]);
+      }
+    } else if (id === 9) {
+      for (let n = u32(); n > 0; n--) {
+        const flags = u32();
+        if (flags !== 0) throw new Error(`element segment kind ${flags}: update tableLayout`);
+        skipExpression();
+        for (let count = u32(); count > 0; count--) inTable.add(u32());
+      }
+    }
+    at = end;
+  }
+  if (importedFunctions === 0 && exports.length === 0) throw new Error("not a wasm module with exports");
+  const internal = (symbol) =>
+    INTERNAL_SYMBOLS.includes(symbol) || symbol.startsWith("__em_js__");
+  const layout = [];
+  const placed = new Set();
+  for (const [symbol, index] of exports) {
+    if (internal(symbol) || inTable.has(index) || placed.has(index)) continue;
+    placed.add(index);
+    layout.push(symbol);
+  }
+  return layout;
+}
+
+/** The symbols Emscripten's updateGOT leaves out (isInternalSym in pyodide.asm.js). */
+const INTERNAL_SYMBOLS = [
+  "__cpp_exception",
+  "__c_longjmp",
+  "__wasm_apply_data_relocs",
+  "__dso_handle",
+  "__tls_size",
+  "__tls_align",
+  "__set_stack_limits",
+  "_emscripten_tls_init",
+  "__wasm_init_tls",
+  "__wasm_call_ctors",
+  "__start_em_asm",
+  "__stop_em_asm",
+  "__start_em_js",
+  "__stop_em_js",
+];
 
 /**
  * A wasm module with nothing but `module`'s dylink.0 section: the loader
@@ -252,6 +436,7 @@ export class PythonRealm {
       size: assets.size,
       runner,
       packagesZip: PACKAGES_ZIP,
+      tableLayout: assets.tableLayout,
     });
   }
 
