@@ -44,6 +44,23 @@ async fn python_exit_codes() {
     exits(Py, "raise SystemExit(256 + 9)", 9).await;
 }
 
+/// The C level links as CPython expects: dlsym on the main module finds
+/// its exports (ctypes.pythonapi, CDLL(None)), a function pointer called
+/// through the table reaches the right function, and a JS function whose
+/// address the module takes answers through its table slot.
+#[tokio::test]
+async fn python_c_level_linking() {
+    let code = "import ctypes\n\
+        print(ctypes.pythonapi.Py_IsInitialized(), ctypes.CDLL(None).Py_IsInitialized())\n\
+        from_long = ctypes.pythonapi.PyLong_FromLong\n\
+        from_long.restype, from_long.argtypes = ctypes.py_object, [ctypes.c_long]\n\
+        print(from_long(41) + 1)\n\
+        print(sorted({1: 'a', 2: 'b'}.items(), key=lambda kv: -kv[0]), flush=True)\n\
+        ctypes.CDLL(None).emscripten_console_log(b'through the table')";
+    let outcome = exits(Py, code, 0).await;
+    assert_eq!(outcome.stdout, "1 1\n42\n[(2, 'b'), (1, 'a')]\nthrough the table\n", "{outcome:#?}");
+}
+
 #[tokio::test]
 async fn python_traceback_has_no_harness_frames() {
     let outcome = exits(Py, "def f():\n    return 1 / 0\n\nf()", 1).await;
