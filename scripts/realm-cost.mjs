@@ -36,6 +36,8 @@ for (let i = 0; i < Number(jobs); i++) {
   // As the harness does: a second collection before a realm counts as kept.
   let gone = false;
   for (let attempt = 0; attempt < 2 && !gone; attempt++) {
+    // Read alive, a WeakRef's target stays alive to the end of the turn.
+    if (attempt > 0) await new Promise((resolve) => setTimeout(resolve, 0));
     collectGarbage();
     await new Promise((resolve) => setTimeout(resolve, 0));
     gone = realm.isGone();

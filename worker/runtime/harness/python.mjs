@@ -260,16 +260,19 @@ async function serveShared() {
 /**
  * Whether V8 has freed `realm`, retired and no longer referenced: one
  * major collection usually does; a second is tried before the child is
- * given up (a probe once saw a clean job's child replaced after one, on a
- * loaded machine). A WeakRef reads its target as alive until the turn
- * after a collection, hence the wait. Also the CPU, in microseconds, the
- * collections took: no code of the job runs inside one, so the runner
- * takes it off the job's CPU time, and counts the waits, where what the
- * job left pending may run.
+ * given up (on a loaded machine a finalization registry's cleanup, which
+ * holds the realm, may not have run by the first). A WeakRef reads its
+ * target as alive until the turn after a collection, hence the wait; and
+ * reading it alive keeps it alive to the end of that turn, so the second
+ * collection waits for the next turn, or it could never free the realm.
+ * Also the CPU, in microseconds, the collections took: no code of the job
+ * runs inside one, so the runner takes it off the job's CPU time, and
+ * counts the waits, where what the job left pending may run.
  */
 async function collected(realm) {
   let cleanupMicros = 0;
   for (let attempt = 0; attempt < 2; attempt++) {
+    if (attempt > 0) await new Promise((resolve) => setTimeout(resolve, 0));
     const before = cpuMicros();
     collectGarbage();
     cleanupMicros += Math.max(0, cpuMicros() - before);
