@@ -35,6 +35,9 @@ use crate::worker::{Ran, RunningJob, Worker};
 const CLAIM_BLOCK: Duration = Duration::from_secs(1);
 /// How often the intake loop looks for entries left by dead workers.
 const RECLAIM_EVERY: Duration = Duration::from_secs(2);
+/// A call to Redis slower than this (beyond a claim's own block) spans an
+/// outage in which heartbeats may have gone unanswered.
+const OUTAGE: Duration = HEARTBEAT_EVERY;
 /// How often a worker says it is alive and keeps its entries claimed (an
 /// entry idle for `RUNBOX_RECLAIM_IDLE_MS` belongs to a dead worker): the
 /// contract's one interval, from which every liveness threshold follows.
@@ -109,6 +112,12 @@ async fn intake(worker: Arc<Worker>, claims: Queue, stop: CancellationToken, tas
     let slots = Arc::new(Semaphore::new(worker.config.concurrency));
     let mut backoff = Backoff::new();
     let mut last_reclaim = Instant::now();
+    // An entry idle past `reclaim_idle` belongs to a worker that stopped
+    // answering, unless Redis itself stopped answering: then every worker's
+    // entries went idle, and a live one needs a heartbeat to keep them. So
+    // after a call that failed or took an outage's time, nothing is taken
+    // over until a whole idle period has passed.
+    let mut reclaim_from = Instant::now();
     while !stop.is_cancelled() {
         // Wait for a free slot; then ask for as many entries as are free.
         let first = tokio::select! {
@@ -123,16 +132,36 @@ async fn intake(worker: Arc<Worker>, claims: Queue, stop: CancellationToken, tas
             permits.push(permit);
         }
 
-        let claimed = if last_reclaim.elapsed() >= RECLAIM_EVERY {
+        let reclaiming = last_reclaim.elapsed() >= RECLAIM_EVERY && Instant::now() >= reclaim_from;
+        let asked = Instant::now();
+        let claimed = if reclaiming {
             last_reclaim = Instant::now();
-            worker.queue.reclaim(&worker.config.name, worker.config.reclaim_idle, permits.len()).await.inspect(|c| {
-                if !c.is_empty() {
-                    worker.metrics.reclaimed.inc_by(c.len() as u64);
-                    info!(count = c.len(), "took over jobs from a worker that stopped answering");
-                }
-            })
+            worker.queue.reclaim(&worker.config.name, worker.config.reclaim_idle, permits.len()).await
         } else {
             claims.claim(&worker.config.name, permits.len(), CLAIM_BLOCK).await
+        };
+        let outage = asked.elapsed() > if reclaiming { OUTAGE } else { CLAIM_BLOCK + OUTAGE };
+        if outage || claimed.is_err() {
+            reclaim_from = Instant::now() + worker.config.reclaim_idle;
+        }
+        let claimed = match claimed {
+            // Taken over while Redis was not answering: their workers may be
+            // alive. They stay pending here, where nothing keeps them, so a
+            // later reclaim takes them if their worker really is gone.
+            Ok(entries) if reclaiming && outage => {
+                if !entries.is_empty() {
+                    warn!(count = entries.len(), "entries taken over across a Redis outage wait for a later reclaim");
+                }
+                Ok(Vec::new())
+            }
+            Ok(entries) if reclaiming => {
+                if !entries.is_empty() {
+                    worker.metrics.reclaimed.inc_by(entries.len() as u64);
+                    info!(count = entries.len(), "took over jobs from a worker that stopped answering");
+                }
+                Ok(entries)
+            }
+            other => other,
         };
         match claimed {
             Ok(entries) => {
