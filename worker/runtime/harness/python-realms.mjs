@@ -188,7 +188,7 @@ export async function prepareRealms(dir, snapshotPath, realmSource) {
       ["packages.zip", readPackages(dir) ?? new Uint8Array(0)],
     ]),
     lock: decoder.decode(read("pyodide-lock.json")),
-    tableLayout: JSON.stringify(tableLayout(wasm)),
+    tableLayout: JSON.stringify(tableLayout(wasm, internalSymbols(sources["pyodide.asm.js"]))),
     header: snapshot.slice(0, headerLength),
     image: snapshot.subarray(headerLength),
     size: snapshotPath ? snapshot.length : 0,
@@ -198,14 +198,26 @@ export async function prepareRealms(dir, snapshotPath, realmSource) {
 }
 
 /**
+ * The symbols Emscripten's updateGOT leaves out, read from the glue's
+ * isInternalSym: those it names, and a prefix.
+ */
+function internalSymbols(glue) {
+  const found = glue.match(/var isInternalSym=symName=>\[([^\]]*)\]\.includes\(symName\)\|\|symName\.startsWith\("(\w+)"\)/);
+  if (!found) throw new Error("pyodide.asm.js no longer has isInternalSym as python-realms.mjs reads it");
+  return { names: JSON.parse(`[${found[1]}]`), prefix: found[2] };
+}
+
+/**
  * The function exports of wasm module `bytes` that Emscripten's updateGOT
  * gives a table slot when it links the module, in slot order: each
  * function export, in export order, that the module's element segments do
- * not already put in the table, once per function, less the symbols
- * Emscripten keeps internal. Read from the binary, so that each realm
- * fills the slots without searching the table.
+ * not already put in the table, once per function, less the `internal`
+ * symbols. Read from the binary, so that each realm fills the slots
+ * without searching the table. A wrong list fails every Python job at its
+ * first indirect call; this one was checked against the table a full link
+ * builds for Pyodide 0.29.4 (the same 5,468 slots).
  */
-function tableLayout(bytes) {
+function tableLayout(bytes, internal) {
   let at = 8;
   const u32 = () => {
     let result = 0;
@@ -231,36 +243,14 @@ function tableLayout(bytes) {
     }
     at++;
   };
-  let importedFunctions = 0;
+  // Function indices count imports first, in exports and elements alike.
   const exports = [];
   const inTable = new Set();
   while (at < bytes.length) {
     const id = bytes[at++];
     const size = u32();
     const end = at + size;
-    if (id === 2) {
-      for (let n = u32(); n > 0; n--) {
-        name();
-        name();
-        const kind = bytes[at++];
-        if (kind === 0) {
-          importedFunctions++;
-          u32();
-        } else if (kind === 1) {
-          at++;
-          if (bytes[at++] & 1) u32();
-          u32();
-        } else if (kind === 2) {
-          if (bytes[at++] & 1) u32();
-          u32();
-        } else if (kind === 3) {
-          at += 2;
-        } else if (kind === 4) {
-          at++;
-          u32();
-        }
-      }
-    } else if (id === 7) {
+    if (id === 7) {
       for (let n = u32(); n > 0; n--) {
         const exported = name();
         const kind = bytes[at++];
@@ -277,36 +267,18 @@ function tableLayout(bytes) {
     }
     at = end;
   }
-  if (importedFunctions === 0 && exports.length === 0) throw new Error("not a wasm module with exports");
-  const internal = (symbol) =>
-    INTERNAL_SYMBOLS.includes(symbol) || symbol.startsWith("__em_js__");
+  if (exports.length === 0 || inTable.size === 0) throw new Error("pyodide.asm.wasm has no exports or no table elements");
+  const isInternal = (symbol) => internal.names.includes(symbol) || symbol.startsWith(internal.prefix);
   const layout = [];
   const placed = new Set();
   for (const [symbol, index] of exports) {
-    if (internal(symbol) || inTable.has(index) || placed.has(index)) continue;
+    if (isInternal(symbol) || inTable.has(index) || placed.has(index)) continue;
     placed.add(index);
     layout.push(symbol);
   }
   return layout;
 }
 
-/** The symbols Emscripten's updateGOT leaves out (isInternalSym in pyodide.asm.js). */
-const INTERNAL_SYMBOLS = [
-  "__cpp_exception",
-  "__c_longjmp",
-  "__wasm_apply_data_relocs",
-  "__dso_handle",
-  "__tls_size",
-  "__tls_align",
-  "__set_stack_limits",
-  "_emscripten_tls_init",
-  "__wasm_init_tls",
-  "__wasm_call_ctors",
-  "__start_em_asm",
-  "__stop_em_asm",
-  "__start_em_js",
-  "__stop_em_js",
-];
 
 /**
  * A wasm module with nothing but `module`'s dylink.0 section: the loader
