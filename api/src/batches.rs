@@ -108,7 +108,7 @@ pub async fn submit(
     }
     let mut jobs = Vec::with_capacity(specs.len());
     for spec in &specs {
-        let Signed { id, payload, signature } = pipeline::sign(&state, spec)?;
+        let Signed { id, payload, signature } = pipeline::sign(&state, &caller, spec)?;
         jobs.push(BatchJob { id, language: spec.language.as_str().to_owned(), payload, signature });
     }
     let idempotency = idempotency_key(&headers)?.map(|key| Idempotency { key, ttl: state.config.shared.result_ttl });

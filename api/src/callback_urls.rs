@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use runbox_common::ConfigError;
 
-use crate::addresses::{self, Network};
 use crate::error::ApiError;
+use runbox_common::addresses::{self, Network};
 
 /// Attempts per delivery, and the pause before each retry.
 pub const ATTEMPTS: usize = 8;

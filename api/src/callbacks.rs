@@ -19,7 +19,7 @@
 //! - Errors and 5xx (and 408, 429) are retried with backoff, [`ATTEMPTS`]
 //!   times in all; any other answer ends the delivery.
 //! - Addresses that are not public (loopback, private, link-local, NAT64,
-//!   6to4, documentation, ...: see [`crate::addresses`]) are refused at
+//!   6to4, documentation, ...: see [`runbox_common::addresses`]) are refused at
 //!   submission and again at each attempt, unless `RUNBOX_CALLBACK_ALLOW`
 //!   lists them. Each attempt connects to the address it checked, and
 //!   redirects are not followed, so DNS cannot swap in an address after

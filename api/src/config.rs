@@ -3,6 +3,7 @@ use std::time::Duration;
 use runbox_common::{ConfigError, SharedConfig, Timeouts, env_or, env_required};
 
 use crate::callback_urls::CallbackConfig;
+use crate::egress::EgressConfig;
 use crate::quotas::Quotas;
 use crate::tokens::Tokens;
 
@@ -24,6 +25,8 @@ pub struct ApiConfig {
     pub sessions: SessionLimits,
     /// `RUNBOX_MCP_ALLOWED_HOSTS`.
     pub mcp_hosts: McpHosts,
+    /// `RUNBOX_EGRESS` and `RUNBOX_EGRESS_SECRETS_FILE`.
+    pub egress: EgressConfig,
 }
 
 /// The bounds the api puts on sessions. A checkpoint's TTL and size cap
@@ -174,8 +177,14 @@ impl ApiConfig {
                 reason: "equals one of RUNBOX_API_TOKENS; a caller with that token could sign jobs itself".into(),
             });
         }
+        let egress = EgressConfig::parse(
+            &env_or("RUNBOX_EGRESS", String::new())?,
+            std::env::var("RUNBOX_EGRESS_SECRETS_FILE").ok().as_deref(),
+            &tokens,
+        )?;
         Ok(ApiConfig {
             tokens,
+            egress,
             shared,
             port: env_or("PORT", 8080)?,
             limits,

@@ -10,11 +10,10 @@
 //!
 //! - `error`: every error, its one mapping to an HTTP response, and
 //!   [`FieldError`](error::FieldError), a request field that is wrong.
-//! - `addresses`: which IP addresses are public, for anything the api
-//!   connects to on a user's behalf.
 //! - `tokens`, `quotas`, `callback_urls`: the bearer tokens (compared in
 //!   constant time), what each token may queue and submit, and where a
-//!   callback may go with which secret.
+//!   callback may go with which secret; `egress`, the hosts each token's
+//!   jobs may reach (carried in its signed jobs) and the names of its secrets.
 //! - `config`: settings, read from the environment once.
 //! - `requests`: each request body as one type that parses it and
 //!   documents it, and the checks that turn it into a job spec.
@@ -34,13 +33,13 @@
 //! - `openapi`: `/openapi.json`, the native API described from these types.
 //! - `page`: `/`, a page for people to run code from a browser.
 
-mod addresses;
 mod auth;
 mod batches;
 mod callback_urls;
 mod callbacks;
 mod compat;
 mod config;
+mod egress;
 mod error;
 mod events;
 #[cfg(test)]

@@ -638,6 +638,7 @@ mod tests {
                 cpu_ms: None,
                 peak_memory_bytes: None,
                 step: None,
+                network: Vec::new(),
             }),
             timings: Timings::default(),
         }

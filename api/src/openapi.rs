@@ -14,8 +14,8 @@
 use axum::Json;
 use axum::extract::State;
 use runbox_common::{
-    CheckpointInfo, Compare, FileEncoding, Language, OutputFile, RuntimeLimits, Runtimes, SessionStatus, Status,
-    Timings, Verdict, WorkerInfo,
+    CheckpointInfo, Compare, EgressGrant, FileEncoding, HostTraffic, Language, OutputFile, RuntimeLimits, Runtimes,
+    SecretGrant, SessionStatus, Status, Timings, Verdict, WorkerInfo,
 };
 use serde_json::{Value, json};
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
@@ -69,7 +69,8 @@ use crate::views::{
         JobRequest, Program, FileRequest, FilePath, ReturnFilesRequest, LanguageName, SessionLanguage, BatchRequest,
         JobsBatch, CasesBatch, CaseRequest, LiveEvent, LiveEventName, SessionRequest, ExecRequest, JobView, Accepted, BatchAccepted, BatchView, BatchStatus, SessionView, SessionList, ExecView,
         ExecSession, Runtimes, RuntimeLimits, Health, ErrorBody, ErrorDetail, BatchItemError, Language, Status,
-        Verdict, Compare, FileEncoding, OutputFile, Timings, CheckpointInfo, SessionStatus, WorkerInfo,
+        Verdict, Compare, FileEncoding, OutputFile, Timings, CheckpointInfo, SessionStatus, WorkerInfo, HostTraffic,
+        EgressGrant, SecretGrant,
     )),
     modifiers(&BearerAuth),
     security(("bearer" = [])),

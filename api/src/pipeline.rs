@@ -41,7 +41,7 @@ pub(crate) async fn enqueue(
     compat: Option<&str>,
 ) -> Result<Queued, ApiError> {
     let placed = JobSpec { shared_lane: requests::lane(spec, shared_runtime, &caller.0), ..spec.clone() };
-    let Signed { id, payload, signature } = sign(state, &placed)?;
+    let Signed { id, payload, signature } = sign(state, caller, &placed)?;
     let idempotency = idempotency_key.map(|key| Idempotency { key, ttl: state.config.shared.result_ttl });
     let created_at = now_rfc3339();
     let job = NewJob {
@@ -78,11 +78,13 @@ pub(crate) struct Signed {
     pub signature: String,
 }
 
-/// Signs `spec` as a new job. Every job runbox queues (a single job, each
-/// job of a batch, a session's step) is signed here.
-pub(crate) fn sign(state: &AppState, spec: &JobSpec) -> Result<Signed, ApiError> {
+/// Signs `spec` as a new job of `caller`, with the hosts the caller's jobs
+/// may reach. Every job runbox queues (a single job, each job of a batch,
+/// a session's step) is signed here.
+pub(crate) fn sign(state: &AppState, caller: &Caller, spec: &JobSpec) -> Result<Signed, ApiError> {
     let id = uuid::Uuid::new_v4().to_string();
-    let payload = serde_json::to_string(spec).map_err(|e| ApiError::InvalidJson(e.to_string()))?;
+    let spec = JobSpec { egress: state.config.egress.of(&caller.0), ..spec.clone() };
+    let payload = serde_json::to_string(&spec).map_err(|e| ApiError::InvalidJson(e.to_string()))?;
     let signature = state.config.shared.signing_key.sign(&id, &payload);
     Ok(Signed { id, payload, signature })
 }

@@ -506,7 +506,7 @@ async fn send(
     spec: &JobSpec,
     needs_idle: bool,
 ) -> Result<String, ApiError> {
-    let Signed { id: job, payload, signature } = pipeline::sign(state, spec)?;
+    let Signed { id: job, payload, signature } = pipeline::sign(state, caller, spec)?;
     let sent = state
         .queue
         .send_to_session(

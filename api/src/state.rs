@@ -61,6 +61,7 @@ impl AppState {
             quotas: crate::quotas::Quotas::default(),
             sessions: SessionLimits::default(),
             mcp_hosts: McpHosts::parse(McpHosts::DEFAULT).expect("hosts"),
+            egress: crate::egress::EgressConfig::default(),
         };
         AppState::new(config).expect("a lazy connection")
     }

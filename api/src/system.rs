@@ -7,6 +7,7 @@ use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use runbox_common::{Language, WorkerInfo, now_unix_ms};
 
+use crate::auth::Caller;
 use crate::config::MAX_WAIT_S;
 use crate::error::ApiError;
 use crate::state::AppState;
@@ -56,7 +57,10 @@ pub async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
         (status = 503, description = "`unavailable`.", body = ErrorBody),
     ),
 )]
-pub async fn runtimes(State(state): State<AppState>) -> Result<Json<runbox_common::Runtimes>, ApiError> {
+pub async fn runtimes(
+    State(state): State<AppState>,
+    caller: Caller,
+) -> Result<Json<runbox_common::Runtimes>, ApiError> {
     let workers = live_workers(&state).await?;
     let limits = &state.config.limits;
     Ok(Json(runbox_common::Runtimes {
@@ -73,6 +77,7 @@ pub async fn runtimes(State(state): State<AppState>) -> Result<Json<runbox_commo
             max_wait_s: MAX_WAIT_S,
         },
         workers,
+        egress: state.config.egress.grant(&caller.0),
     }))
 }
 

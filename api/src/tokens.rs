@@ -49,6 +49,11 @@ impl Tokens {
         self.0.iter().any(|(_, token)| token.as_slice() == secret)
     }
 
+    /// Every token's name.
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.0.iter().map(|(name, _)| name.as_str())
+    }
+
     /// The name of the token equal to `presented`, if any.
     pub(crate) fn check(&self, presented: &[u8]) -> Option<&str> {
         let mut found = None;

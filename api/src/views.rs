@@ -7,8 +7,8 @@
 use std::collections::BTreeMap;
 
 use runbox_common::{
-    CheckpointInfo, JobRecord, Language, OutputFile, SessionRecord, SessionStatus, Status, Timings, Verdict,
-    rfc3339_at_unix_ms,
+    CheckpointInfo, HostTraffic, JobRecord, Language, OutputFile, SessionRecord, SessionStatus, Status, Timings,
+    Verdict, rfc3339_at_unix_ms,
 };
 use serde::Serialize;
 use utoipa::ToSchema;
@@ -43,6 +43,10 @@ pub struct JobView {
     /// The job's peak memory in bytes, measured by runbox; what each lane
     /// counts is in docs/api.md ("What each lane measures").
     peak_memory_bytes: Option<u64>,
+    /// What the job sent and received through the egress proxy, per host;
+    /// absent for a job that used none.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    network: Vec<HostTraffic>,
     created_at: Option<String>,
     started_at: Option<String>,
     finished_at: Option<String>,
@@ -69,6 +73,7 @@ impl From<JobRecord> for JobView {
             warm: outcome.as_ref().is_some_and(|o| o.warm),
             cpu_ms: outcome.as_ref().and_then(|o| o.cpu_ms),
             peak_memory_bytes: outcome.as_ref().and_then(|o| o.peak_memory_bytes),
+            network: outcome.as_ref().map(|o| o.network.clone()).unwrap_or_default(),
             created_at: record.created_at,
             started_at: record.started_at,
             finished_at: record.finished_at,

@@ -7,7 +7,7 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
-use crate::{Language, SessionTask, StepResult};
+use crate::{Egress, Language, SessionTask, StepResult};
 
 /// One program to run, as the worker receives it.
 ///
@@ -53,6 +53,10 @@ pub struct JobSpec {
     /// (start, exec, checkpoint, destroy), not a program of its own.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session: Option<SessionTask>,
+    /// Set by the api, never by a client: the hosts this job may reach
+    /// through the worker's egress proxy, its token's rules. None: nothing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub egress: Option<Egress>,
 }
 
 /// A file given to the program, by a path relative to its working directory.
@@ -182,6 +186,7 @@ impl JobSpec {
             return_files: ReturnFiles::None,
             shared_lane: None,
             session: None,
+            egress: None,
         }
     }
 
@@ -393,6 +398,23 @@ pub struct Outcome {
     /// exit code say.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub step: Option<StepResult>,
+    /// What the job sent and received through the egress proxy, per host,
+    /// in the order each was first asked for; empty for a job that used none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub network: Vec<HostTraffic>,
+}
+
+/// One host's share of a job's traffic through the egress proxy.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct HostTraffic {
+    /// `host:port`, as the job asked for it.
+    pub host: String,
+    /// Requests the proxy took for this host, refused ones included.
+    pub requests: u32,
+    /// Request bytes sent upstream (headers and body).
+    pub bytes_out: u64,
+    /// Response bytes received (headers and body).
+    pub bytes_in: u64,
 }
 
 impl Outcome {
@@ -428,6 +450,7 @@ impl Outcome {
             cpu_ms: None,
             peak_memory_bytes: None,
             step: None,
+            network: Vec::new(),
         }
     }
 }

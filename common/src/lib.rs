@@ -11,6 +11,10 @@
 //! (a file of `queue/` may also use `queue`'s own items), so no two use
 //! each other; `tests/modules.rs` checks that.
 //!
+//! - [`addresses`]: which IP addresses are public, for anything runbox
+//!   connects to on a user's behalf.
+//! - `egress`: the hosts a token's jobs may reach ([`Egress`], [`Rule`])
+//!   and the secrets added to their requests ([`Secret`]).
 //! - `language`: the languages runbox runs ([`Language`]).
 //! - `session`: sessions' types: the task a session job carries
 //!   ([`SessionTask`]), a session and its checkpoints as stored
@@ -53,8 +57,10 @@
 //!   The Lua scripts are files in `lua/`, one per script and per shared
 //!   prelude, each opening with its KEYS and ARGV.
 
+pub mod addresses;
 mod config;
 mod connection;
+mod egress;
 mod env;
 mod job;
 pub mod keys;
@@ -69,10 +75,11 @@ mod workers;
 
 pub use config::{SharedConfig, Timeouts};
 pub use connection::RedisTarget;
+pub use egress::{Egress, EgressGrant, HostPattern, Rule, Secret, SecretGrant, Secrets, parse_rules, parse_secrets};
 pub use env::{ConfigError, env_or, env_required};
 pub use job::{
-    Compare, FileEncoding, InputFile, JobSpec, MAX_RETURN_FILES, MAX_RETURN_FILES_BYTES, Outcome, OutputFile,
-    ReturnFiles, Status, Verdict,
+    Compare, FileEncoding, HostTraffic, InputFile, JobSpec, MAX_RETURN_FILES, MAX_RETURN_FILES_BYTES, Outcome,
+    OutputFile, ReturnFiles, Status, Verdict,
 };
 pub use language::{Language, UnknownLanguage};
 pub use live::{LIVE_GRACE, LiveEntry, OutputChunk, OutputStream};

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::Language;
+use crate::{EgressGrant, Language};
 
 /// How often each worker writes its heartbeat.
 pub const HEARTBEAT_EVERY: Duration = Duration::from_secs(2);
@@ -23,6 +23,10 @@ pub struct Runtimes {
     pub limits: RuntimeLimits,
     /// Workers with a recent heartbeat.
     pub workers: Vec<WorkerInfo>,
+    /// The hosts the asking token's jobs may reach, and its secrets; absent
+    /// for a token that may reach none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub egress: Option<EgressGrant>,
 }
 
 /// The limits this api enforces.

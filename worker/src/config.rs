@@ -3,6 +3,7 @@ use std::time::Duration;
 
 use runbox_common::{ConfigError, SharedConfig, Timeouts, env_or};
 
+use crate::egress::EgressConfig;
 use crate::sandbox::{DEFAULT_RUNTIME_DIR, Limits, PoolConfig, WarmConfig};
 
 /// Sandbox settings, read from the environment once at start-up.
@@ -14,6 +15,9 @@ pub struct SandboxConfig {
     /// `RUNBOX_WORK_DIR`: where each job's private directory is made.
     pub work_dir: PathBuf,
     pub limits: Limits,
+    /// The egress proxy's caps (`RUNBOX_EGRESS_MAX_*`), secrets
+    /// (`RUNBOX_EGRESS_SECRETS_FILE`) and extra roots (`RUNBOX_EGRESS_CA_FILE`).
+    pub egress: EgressConfig,
 }
 
 impl SandboxConfig {
@@ -35,6 +39,7 @@ impl SandboxConfig {
             runtime_dir: env_or("RUNBOX_RUNTIME_DIR", PathBuf::from(DEFAULT_RUNTIME_DIR))?,
             work_dir: env_or("RUNBOX_WORK_DIR", std::env::temp_dir())?,
             limits,
+            egress: EgressConfig::from_env()?,
         })
     }
 }

@@ -38,17 +38,23 @@ impl Sessions {
         self.live.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// A child for a new session of `language`, opened from `restore`: the
-    /// spare if one is ready, else one booted now. Either way a new spare is
-    /// booted behind it, unless spares are off.
-    pub(crate) async fn child(&self, language: Language, restore: Restore) -> Result<SessionChild, SessionError> {
+    /// A child for a new session of `language`, opened from `restore`, with
+    /// a `fetch` through the egress proxy if `egress`: the spare if one is
+    /// ready, else one booted now. Either way a new spare is booted behind
+    /// it, unless spares are off.
+    pub(crate) async fn child(
+        &self,
+        language: Language,
+        restore: Restore,
+        egress: bool,
+    ) -> Result<SessionChild, SessionError> {
         let spare = self.spares.lock().unwrap_or_else(|p| p.into_inner()).remove(&language);
         let booted = match spare.and_then(|mut spare| spare.is_alive().then_some(spare)) {
             Some(spare) => spare,
             None => BootedSession::boot(&self.sandbox, language).await?,
         };
         if !self.keep_spares {
-            return booted.open(restore).await;
+            return booted.open(restore, egress).await;
         }
         let (spares, sandbox) = (self.spares.clone(), self.sandbox.clone());
         tokio::spawn(async move {
@@ -60,7 +66,7 @@ impl Sessions {
                 Err(e) => warn!(error = %e, %language, "could not boot a spare session child"),
             }
         });
-        booted.open(restore).await
+        booted.open(restore, egress).await
     }
 
     /// How many sessions this worker holds.

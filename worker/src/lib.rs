@@ -5,6 +5,8 @@
 //!
 //! From the bottom up; each module uses only modules listed above it.
 //!
+//! - [`egress`]: the proxy outside the children, through which a job whose
+//!   token has egress rules reaches the hosts they name, and nothing else.
 //! - [`sandbox`]: builds, runs and reaps one Deno child per job, and
 //!   enforces the time, memory and output limits. It knows nothing of Redis.
 //! - `config`: settings, read from the environment once.
@@ -25,6 +27,7 @@
 
 mod backoff;
 mod config;
+pub mod egress;
 mod held_sessions;
 mod live;
 mod metrics;
@@ -60,7 +63,9 @@ pub async fn sandbox(config: &SandboxConfig) -> Result<Sandbox, SandboxError> {
             "no Pyodide snapshot: Python boots from scratch (about 5x slower); run scripts/setup"
         );
     }
-    let sandbox = Sandbox::new(runtime, config.limits.clone(), config.work_dir.clone()).await?;
+    let egress = egress::EgressProxy::new(&config.egress)
+        .map_err(|e| SandboxError::Runtime(format!("the egress proxy's HTTP client: {e}")))?;
+    let sandbox = Sandbox::new(runtime, config.limits.clone(), config.work_dir.clone(), egress).await?;
     tracing::info!(layers = ?sandbox.isolation.layers(), "sandbox ready");
     Ok(sandbox)
 }

@@ -41,6 +41,8 @@ pub(crate) struct Opened {
     id: String,
     owner: String,
     language: Language,
+    /// Its token has egress rules: its child gets a `fetch` through the proxy.
+    egress: bool,
     child: SessionChild,
     idle_timeout: Duration,
     expires_at_ms: u64,
@@ -63,7 +65,7 @@ impl Worker {
                 Err(message) => return (failed(message), None),
             },
         };
-        let child = match self.sessions.child(spec.language, restore).await {
+        let child = match self.sessions.child(spec.language, restore, spec.egress.is_some()).await {
             Ok(child) => child,
             Err(e) => {
                 warn!(session = %task.id, error = %e, "could not open a session");
@@ -97,6 +99,7 @@ impl Worker {
             id: task.id.clone(),
             owner: owner.clone(),
             language: spec.language,
+            egress: spec.egress.is_some(),
             child,
             idle_timeout: Duration::from_millis(*idle_timeout_ms),
             expires_at_ms: *expires_at_ms,
@@ -276,7 +279,7 @@ impl Worker {
             return Err("it has no checkpoint".into());
         };
         let restore = self.load_restore(&checkpoint, s.language).await?;
-        let child = self.sessions.child(s.language, restore).await.map_err(|e| e.to_string())?;
+        let child = self.sessions.child(s.language, restore, s.egress).await.map_err(|e| e.to_string())?;
         s.child = child;
         info!(%checkpoint, "session restored after its process ended");
         Ok(checkpoint)

@@ -33,7 +33,16 @@ async fn sandbox() -> Arc<Sandbox> {
         .get_or_init(|| async {
             let runtime = Runtime::locate(Path::new(runbox_worker::sandbox::DEFAULT_RUNTIME_DIR))
                 .expect("runtime installed: run scripts/setup");
-            Arc::new(Sandbox::new(runtime, limits(), std::env::temp_dir()).await.expect("sandbox starts"))
+            Arc::new(
+                Sandbox::new(
+                    runtime,
+                    limits(),
+                    std::env::temp_dir(),
+                    runbox_worker::egress::EgressProxy::new(&Default::default()).expect("egress proxy"),
+                )
+                .await
+                .expect("sandbox starts"),
+            )
         })
         .await
         .clone()

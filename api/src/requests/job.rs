@@ -234,6 +234,7 @@ impl Program {
             return_files,
             shared_lane: None,
             session: None,
+            egress: None,
         })
     }
 }

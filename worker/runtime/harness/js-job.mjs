@@ -124,6 +124,24 @@ globalThis.clearInterval = (id) => {
   clearInterval(id);
   settle();
 };
+// A job whose token has egress rules: a `fetch` through the proxy (see
+// egress-fetch.mjs), which keeps the job going until it has its answer.
+if (job.egress) {
+  const url = URL.createObjectURL(new Blob([job.egress.source], { type: "text/javascript" }));
+  const { egressFetch, portSender } = await import(url);
+  URL.revokeObjectURL(url);
+  const send = egressFetch(portSender(job.egress.port));
+  globalThis.fetch = function fetch(input, init) {
+    const request = {};
+    timers.add(request);
+    const answer = send(input, init);
+    answer.finally(() => {
+      timers.delete(request);
+      settle();
+    }).catch(() => {});
+    return answer;
+  };
+}
 self.addEventListener("error", (event) => {
   event.preventDefault();
   uncaught(event.error);

@@ -154,6 +154,29 @@ async function run(code) {
 
 let queue = Promise.resolve();
 self.onmessage = ({ data }) => {
-  queue = queue.then(() => run(String(data.code)));
+  if (data?.egress) queue = queue.then(() => useEgress(data.egress));
+  else queue = queue.then(() => run(String(data.code)));
 };
+
+/**
+ * The session's token has egress rules: a `fetch` through the proxy (see
+ * egress-fetch.mjs); an exec that starts one ends once it is answered.
+ */
+async function useEgress({ source, port }) {
+  const url = URL.createObjectURL(new Blob([source], { type: "text/javascript" }));
+  const { egressFetch, portSender } = await import(url);
+  URL.revokeObjectURL(url);
+  const send = egressFetch(portSender(port));
+  globalThis.fetch = function fetch(input, init) {
+    const answer = send(input, init);
+    if (!current) return answer;
+    const request = {};
+    pending.add(request);
+    answer.finally(() => {
+      pending.delete(request);
+      if (pending.size === 0 && settled) settled();
+    }).catch(() => {});
+    return answer;
+  };
+}
 post({ ready: true });

@@ -16,6 +16,12 @@
 // (`js-job.mjs`); a session child runs its execs in one Worker that lives
 // as long as the session (`js-session.mjs`). This realm holds the channel
 // and the nonces, and no job has a reference to it.
+//
+// The runner's last argument, `egress=<socket>`, when given, is the egress
+// proxy's socket (egress.mjs); a job whose frame says `egress` gets a
+// `fetch` through it (egress-fetch.mjs), in this realm or its Worker's.
+import { connectEgress, servePort } from "./egress.mjs";
+import { egressFetch } from "./egress-fetch.mjs";
 import {
   awaitJob,
   Channel,
@@ -35,19 +41,27 @@ import {
 
 const harnessDir = new URL(".", import.meta.url).href;
 const createObjectURL = URL.createObjectURL;
-const [mode, framesPath, resultsPath] = Deno.args;
+const egressPath = Deno.args.find((arg) => arg.startsWith("egress="))?.slice("egress=".length);
+const [mode, framesPath, resultsPath] = Deno.args.filter((arg) => !arg.startsWith("egress="));
 
 dropPersistentStorage();
+const egress = await connectEgress(egressPath);
+Deno.permissions.revokeSync({ name: "net" });
 if (mode === "shared" || mode === "session") {
   const channel = new Channel(framesPath, resultsPath);
   const source = readHarnessFile(mode === "shared" ? "js-job.mjs" : "js-session.mjs");
+  const fetchSource = readHarnessFile("egress-fetch.mjs");
   Deno.permissions.revokeSync({ name: "read" });
   Deno.permissions.revokeSync({ name: "write" });
-  if (mode === "shared") await serveShared(channel, source);
-  else await serveSession(channel, moduleUrl(source));
+  if (mode === "shared") await serveShared(channel, source, fetchSource);
+  else await serveSession(channel, moduleUrl(source), fetchSource);
 }
+// A single-use child keeps reading its job's files, and nothing else.
+if (egressPath) Deno.permissions.revokeSync({ name: "read", path: egressPath });
+Deno.permissions.revokeSync({ name: "write" });
 
 const job = awaitJob();
+if (job.egress && egress) globalThis.fetch = egressFetch((meta, body) => egress.send(meta, body));
 const typescript = job.language === "typescript";
 hideHostDetails(typescript ? "file:///main.ts" : "file:///main.js", job.args ?? [], /\bprocess\b/.test(job.code));
 const url = createObjectURL(new Blob([job.code], { type: typescript ? "application/typescript" : "text/javascript" }));
@@ -84,7 +98,7 @@ try {
  * terminated, the job's output ended and its report sent. A job cannot
  * reach the channel, this realm, or the Worker of any other job.
  */
-async function serveShared(channel, jobSource) {
+async function serveShared(channel, jobSource, fetchSource) {
   const realm = watchRealm();
   channel.report({ kind: "ready" });
   for (;;) {
@@ -107,8 +121,13 @@ async function serveShared(channel, jobSource) {
       channel.report({ kind: "end", status: 1, clean: realm.isClean() });
       continue;
     }
-    worker.postMessage({ language: frame.language, code: frame.code, args: frame.args ?? [] });
+    // The job's way to the egress proxy, closed with the job.
+    const port = frame.egress && egress ? throughEgress() : null;
+    const job = { language: frame.language, code: frame.code, args: frame.args ?? [] };
+    if (port) job.egress = { source: fetchSource, port: port.theirs };
+    worker.postMessage(job, port ? [port.theirs] : []);
     const { status, allocation } = await ended;
+    port?.close();
     if (allocation) {
       // Left running, so that the runner measures the memory it holds.
       endOutput(frame.nonce);
@@ -126,9 +145,16 @@ async function serveShared(channel, jobSource) {
  * frame's `replay` (a restored session's execs) runs first, each under its
  * own timeout; their output is the runner's to drop.
  */
-async function serveSession(channel, sessionUrl) {
+async function serveSession(channel, sessionUrl, fetchSource) {
   const worker = new Worker(sessionUrl, { type: "module", name: "runbox-session" });
   await new Promise((resolve) => (worker.onmessage = resolve));
+  let opened = false;
+  const openEgress = (frame) => {
+    if (opened || !frame.egress || !egress) return;
+    opened = true;
+    const port = throughEgress();
+    worker.postMessage({ egress: { source: fetchSource, port: port.theirs } }, [port.theirs]);
+  };
   let pending = null;
   worker.onmessage = ({ data }) => {
     const settle = pending;
@@ -154,6 +180,7 @@ async function serveSession(channel, sessionUrl) {
     });
   channel.report({ kind: "ready" });
   const open = channel.readFrame();
+  openEgress(open);
   const replay = Array.isArray(open.replay) ? open.replay : [];
   for (let i = 0; i < replay.length; i++) {
     const { code, timeout_ms: timeoutMs } = replay[i];
@@ -174,6 +201,22 @@ async function serveSession(channel, sessionUrl) {
     endOutput(frame.nonce);
     channel.report({ kind: "end", status, ...(allocation ? { memory: true } : {}) });
   }
+}
+
+/**
+ * A channel from a job's Worker to the egress proxy: `theirs` goes to the
+ * Worker; `close` ends it, and drops what the job still waits for.
+ */
+function throughEgress() {
+  const { port1, port2 } = new MessageChannel();
+  servePort(port1, egress);
+  return {
+    theirs: port2,
+    close() {
+      port1.close();
+      egress.clear();
+    },
+  };
 }
 
 /** The first report `worker` posts, or its first uncaught error. */

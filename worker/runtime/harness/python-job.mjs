@@ -10,8 +10,9 @@
 //
 // - `{op: "init", assets, scriptUrl, loaderUrl, runner, memoryMb, interrupt}`,
 //   first: loads Pyodide's scripts;
-// - `{op: "open", checkpoint}`: builds the instance, restored from the
-//   checkpoint's bytes when given;
+// - `{op: "open", checkpoint, egress}`: builds the instance, restored from
+//   the checkpoint's bytes when given, with a `fetch` through the egress
+//   proxy when `egress` (egress-fetch.mjs's source and a port) is given;
 // - `{op: "run", job}`: runs one exec in the session's `__main__`;
 // - `{op: "checkpoint"}`: the instance's memory and files.
 //
@@ -93,6 +94,7 @@ async function handle(message) {
       return { ok: true };
     }
     case "open": {
+      if (message.egress) await useEgress(message.egress);
       const restored = message.checkpoint ? unpack(message.checkpoint) : null;
       instance = prepare(await build({ _makeSnapshot: true, ...(restored ? { _loadSnapshot: restored.memory } : {}) }));
       if (restored) writeFiles(instance.pyodide.FS, restored.files.map((file) => ({ ...file, encoding: "base64" })));
@@ -105,6 +107,17 @@ async function handle(message) {
       return checkpoint();
   }
   return { ok: false, message: `unknown op ${message.op}` };
+}
+
+/**
+ * The session's token has egress rules: `fetch` (what `js.fetch` and
+ * `pyodide.http.pyfetch` call) goes through the proxy (egress-fetch.mjs).
+ */
+async function useEgress({ source, port }) {
+  const url = URL.createObjectURL(new Blob([source], { type: "text/javascript" }));
+  const { egressFetch, portSender } = await import(url);
+  URL.revokeObjectURL(url);
+  globalThis.fetch = egressFetch(portSender(port));
 }
 
 /** Connects a booted Pyodide to the process's stdout and stderr and loads the runner into it. */

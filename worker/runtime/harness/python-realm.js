@@ -74,6 +74,8 @@
   const instantiate = guard(host.instantiate);
   const restoreMemory = guard(host.restoreMemory);
   const finish = guard(host.finish);
+  const fetchStart = guard(host.fetchStart);
+  const fetchBody = guard(host.fetchBody);
 
   const encoder = {
     encode(text) {
@@ -390,5 +392,35 @@
     return largest;
   }
 
-  return { boot, run, fireTimer };
+  /**
+   * A job whose token has egress rules: `installFetch` (python-fetch.js,
+   * evaluated in this realm by the harness) defines `fetch` and its
+   * classes here, sending each request through the harness to the proxy.
+   */
+  const waiting = new Map();
+  function useFetch(installFetch) {
+    const send = (meta, body) =>
+      new Promise((resolve, reject) => {
+        const id = fetchStart(JSON.stringify(meta), body);
+        waiting.set(id, { resolve, reject });
+      });
+    installFetch(realm, send);
+  }
+
+  /** Called by the harness when request `id` is answered (`answer` is JSON; the body follows). */
+  const fetched = (id, answer, length) => {
+    const request = waiting.get(id);
+    if (!request) return;
+    waiting.delete(id);
+    const meta = JSON.parse(answer);
+    if (typeof meta.error === "string") {
+      request.reject(new TypeError(meta.error));
+      return;
+    }
+    const body = new Uint8Array(length);
+    fetchBody(id, body);
+    request.resolve({ meta, body });
+  };
+
+  return { boot, run, fireTimer, useFetch, fetched };
 });

@@ -154,9 +154,10 @@ function own(bytes) {
 /**
  * Reads Pyodide's files, the snapshot and the realm script from `dir` and
  * `snapshotPath` (while the child may still read) and compiles the wasm
- * module and the scripts: everything a realm is built from.
+ * module and the scripts: everything a realm is built from. `fetchSource`
+ * (python-fetch.js) runs only in the realm of a job with egress rules.
  */
-export async function prepareRealms(dir, snapshotPath, realmSource) {
+export async function prepareRealms(dir, snapshotPath, realmSource, fetchSource = "undefined") {
   const read = (name) => Deno.readFileSync(`${dir}/${name}`);
   const sources = {};
   for (const { file, find, replace } of PATCHES) {
@@ -174,6 +175,7 @@ export async function prepareRealms(dir, snapshotPath, realmSource) {
   const headerLength = snapshotPath ? new DataView(snapshot.buffer, snapshot.byteOffset).getUint32(4, true) : 8;
   return {
     module,
+    fetchScript: new vm.Script(fetchSource, { filename: "python-fetch.js" }),
     scripts: [
       new vm.Script(realmSource, { filename: "python-realm.js" }),
       new vm.Script(sources["pyodide.asm.js"], { filename: "pyodide.asm.js" }),
@@ -338,6 +340,14 @@ export class PythonRealm {
   #gone;
   #finish = null;
   #ended = () => {};
+  /** The realm itself, from boot until its job starts. */
+  #context = null;
+  #fetchScript = null;
+  /** The egress proxy's client (egress.mjs), for a job that may use it. */
+  #egress = null;
+  /** Answers' bodies the realm has yet to take, by request id. */
+  #answers = new Map();
+  #nextRequest = 1;
   /** The instance's wasm memory, taken while it was built (see `memoryBytes`). */
   #memory = null;
 
@@ -380,6 +390,12 @@ export class PythonRealm {
         this.#timers.add(timer);
       },
       finish: (status, memoryError, files) => this.#settle(status, memoryError, files),
+      fetchStart: (metaJson, body) => this.#fetchStart(metaJson, body),
+      fetchBody: (id, into) => {
+        const bytes = this.#answers.get(id);
+        this.#answers.delete(id);
+        if (bytes && apply(typedLength, into, []) === bytes.length) apply(typedSet, into, [bytes]);
+      },
       instantiate: (imports) => {
         // Taken while the realm boots, before any program has run in it:
         // the module imports its memory (env.memory), so this is the memory
@@ -398,7 +414,10 @@ export class PythonRealm {
     };
     const [realmScript, ...pyodideScripts] = assets.scripts;
     const made = realmScript.runInContext(context)(host);
-    this.#api = { run: made.run, fireTimer: made.fireTimer };
+    this.#api = { run: made.run, fireTimer: made.fireTimer, useFetch: made.useFetch, fetched: made.fetched };
+    // Held until the job starts: python-fetch.js may have to run in it.
+    this.#context = context;
+    this.#fetchScript = assets.fetchScript;
     for (const script of pyodideScripts) script.runInContext(context);
     // No program has run in this realm yet, so its promise is Pyodide's own.
     await made.boot({
@@ -416,7 +435,14 @@ export class PythonRealm {
    * Runs `job` (plain data, rebuilt by the harness); resolves with
    * `{status, memoryError, files}`, read from plain values.
    */
-  run(job) {
+  run(job, egress = null) {
+    const context = this.#context;
+    this.#context = null;
+    if (job.egress === true && egress) {
+      // Before any code of the job: see python-fetch.js.
+      this.#egress = egress;
+      this.#api.useFetch(this.#fetchScript.runInContext(context));
+    }
     return new Promise((resolve) => {
       this.#finish = (status, memoryError, files) => {
         let parsed = null;
@@ -448,6 +474,38 @@ export class PythonRealm {
     });
   }
 
+  /**
+   * Sends a request of the job's to the proxy (`metaJson`: method, url,
+   * headers, redirect; `body` a typed array of the realm's, copied) and
+   * returns its id; the answer reaches the realm through `fetched`.
+   */
+  #fetchStart(metaJson, body) {
+    if (!this.#live || !this.#egress) throw new Error("no egress");
+    const meta = JSON.parse(String(metaJson));
+    const request = {
+      method: String(meta.method),
+      url: String(meta.url),
+      headers: Array.from(meta.headers ?? [], ([name, value]) => [String(name), String(value)]),
+      redirect: String(meta.redirect ?? "follow"),
+    };
+    const id = this.#nextRequest++;
+    const answered = (answer, bytes) => {
+      if (!this.#live) return;
+      this.#answers.set(id, bytes);
+      try {
+        this.#api.fetched(id, answer, bytes.length);
+      } catch {
+        // The program's own business.
+      }
+      this.#answers.delete(id);
+    };
+    this.#egress.send(request, own(body)).then(
+      ({ meta: got, body: bytes }) => answered(JSON.stringify(got), bytes),
+      (error) => answered(JSON.stringify({ error: String(error?.message ?? error) }), new Uint8Array(0)),
+    );
+    return id;
+  }
+
   /** Ends the running job with what it answered (or what the harness decided), once. */
   #settle(status, memoryError, files) {
     const finish = this.#finish;
@@ -475,6 +533,10 @@ export class PythonRealm {
     this.#live = false;
     // The memory is the realm's: held, it would keep the realm alive.
     this.#memory = null;
+    this.#context = null;
+    this.#egress?.clear();
+    this.#egress = null;
+    this.#answers.clear();
     for (const timer of this.#timers) clearTimeout(timer);
     this.#timers.clear();
     this.#api = null;

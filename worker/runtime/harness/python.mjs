@@ -1,7 +1,7 @@
 // Harness for Python jobs: Pyodide (CPython on WebAssembly) inside Deno.
 //
-// Usage: python.mjs <pyodide-dir> <memory-snapshot|-> <memory-mb>
-//        python.mjs <pyodide-dir> <memory-snapshot|-> <memory-mb> shared|session <frames> <results>
+// Usage: python.mjs <pyodide-dir> <memory-snapshot|-> <memory-mb> [egress=<socket>]
+//        python.mjs <pyodide-dir> <memory-snapshot|-> <memory-mb> shared|session <frames> <results> [egress=<socket>]
 //
 // This realm is the harness's: it holds the frames, their nonces and the
 // channel to the runner (see protocol.mjs). No program ever runs in it.
@@ -26,8 +26,13 @@
 //   thread of its own; code that does not return to the interpreter
 //   (time.sleep, a long C call) is not interrupted, and the runner kills
 //   the child a little after the deadline instead.
+// - A job whose frame says `egress` (its token has egress rules) gets a
+//   `fetch` through the proxy's socket (egress.mjs), which the harness
+//   connects to while it boots: in its realm python-fetch.js, in a
+//   session's Worker egress-fetch.mjs.
 import process from "node:process";
 
+import { connectEgress, servePort } from "./egress.mjs";
 import { readAssets } from "./pyodide.mjs";
 import { collectGarbage, heapInUse, prepareRealms, PythonRealm } from "./python-realms.mjs";
 import {
@@ -44,7 +49,10 @@ import {
   writeError,
 } from "./protocol.mjs";
 
-const [pyodideDir, snapshotPath, memoryMb, mode, framesPath, resultsPath] = Deno.args;
+const egressPath = Deno.args.find((arg) => arg.startsWith("egress="))?.slice("egress=".length);
+const [pyodideDir, snapshotPath, memoryMb, mode, framesPath, resultsPath] = Deno.args.filter(
+  (arg) => !arg.startsWith("egress="),
+);
 // Taken before any job runs (see `collected`).
 const cpuUsage = process.cpuUsage.bind(process);
 const channel = mode ? new Channel(framesPath, resultsPath) : null;
@@ -52,6 +60,9 @@ const channel = mode ? new Channel(framesPath, resultsPath) : null;
 dropPersistentStorage();
 const snapshot = snapshotPath === "-" ? null : snapshotPath;
 const runner = readHarnessFile("runner.py");
+const fetchSources = { realm: readHarnessFile("python-fetch.js"), worker: readHarnessFile("egress-fetch.mjs") };
+const egress = await connectEgress(egressPath);
+Deno.permissions.revokeSync({ name: "net" });
 ignoreJobRealmErrors();
 
 /**
@@ -124,10 +135,10 @@ function asker(worker) {
     waiting = null;
     settle?.({ ok: false, message: String(event.message) });
   };
-  return (message) =>
+  return (message, transfer = []) =>
     new Promise((resolve) => {
       waiting = resolve;
-      worker.postMessage(message);
+      worker.postMessage(message, transfer);
     });
 }
 
@@ -140,6 +151,7 @@ function jobOf(frame) {
     stdin: String(frame.stdin ?? ""),
     memory_mb: Number(frame.memory_mb),
     return_files: frame.return_files ?? null,
+    egress: frame.egress === true,
   };
 }
 
@@ -190,11 +202,11 @@ serving.catch((error) => {
 });
 
 async function serveOne() {
-  const assets = await prepareRealms(pyodideDir, snapshot, readHarnessFile("python-realm.js"));
+  const assets = await prepareRealms(pyodideDir, snapshot, readHarnessFile("python-realm.js"), fetchSources.realm);
   const realm = await newRealm(assets);
   Deno.permissions.revokeSync({ name: "read" });
   const frame = awaitJob();
-  const { status, memoryError, files } = await realm.run(jobOf(frame));
+  const { status, memoryError, files } = await realm.run(jobOf(frame), egress);
   // The realm is left as it is: the runner measures what it holds.
   if (memoryError) claimOutOfMemory(frame.nonce);
   if (frame.return_files) sendFiles(frame.nonce, filesOf(files, frame.return_files));
@@ -202,7 +214,7 @@ async function serveOne() {
 }
 
 async function serveShared() {
-  const assets = await prepareRealms(pyodideDir, snapshot, readHarnessFile("python-realm.js"));
+  const assets = await prepareRealms(pyodideDir, snapshot, readHarnessFile("python-realm.js"), fetchSources.realm);
   let next = await newRealm(assets);
   Deno.permissions.revokeSync({ name: "read" });
   Deno.permissions.revokeSync({ name: "write" });
@@ -218,7 +230,7 @@ async function serveShared() {
     channel.report({ kind: "started" });
     fingerprint.begin();
     const heapBefore = heapInUse();
-    const { status, memoryError, files } = await realm.run(jobOf(frame));
+    const { status, memoryError, files } = await realm.run(jobOf(frame), egress);
     // The job's memory, measured here, where it has no reference: its
     // instance's wasm memory (its peak) and what the heap grew by while
     // it ran (its realm's objects; not a peak, which V8 does not keep).
@@ -298,7 +310,21 @@ async function serveSession() {
   channel.report({ kind: "ready" });
   const open = channel.readFrame();
   const saved = channel.readBytes(Number(open.checkpoint_bytes ?? 0));
-  const opened = await realm.ask({ op: "open", checkpoint: saved.length > 0 ? saved : null });
+  // A session whose token has egress rules gets a `fetch` through the proxy.
+  let egressPort = null;
+  if (open.egress === true && egress) {
+    const { port1, port2 } = new MessageChannel();
+    servePort(port1, egress);
+    egressPort = port2;
+  }
+  const opened = await realm.ask(
+    {
+      op: "open",
+      checkpoint: saved.length > 0 ? saved : null,
+      egress: egressPort ? { source: fetchSources.worker, port: egressPort } : null,
+    },
+    egressPort ? [egressPort] : [],
+  );
   endOutput(open.nonce);
   if (opened.ok !== true) {
     channel.report({ kind: "end", status: 1, error: `could not open the session: ${opened.message}` });

@@ -26,6 +26,7 @@ use super::command::{ChildMode, FILES_DIR, deno_command};
 use super::live::Live;
 use super::output::{Captured, capture_into, capture_with_files, returned_files};
 use super::{Sandbox, SandboxError};
+use crate::egress::Link;
 
 /// Written by a harness once it is booted; see `runtime/harness/protocol.mjs`.
 pub(super) const READY: &[u8] = b"\x06runbox-ready\n";
@@ -178,6 +179,8 @@ pub struct BootedChild {
     stderr: ChildStderr,
     /// The child's private directory; removed when this is dropped.
     dir: TempDir,
+    /// The child's socket to the egress proxy.
+    egress: Link,
 }
 
 /// The job frame the harness reads; see `runtime/harness/protocol.mjs`.
@@ -201,6 +204,10 @@ pub(super) struct Frame<'a> {
     pub op: Option<&'static str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub timeout_ms: Option<u64>,
+    /// The job's token has egress rules: the harness gives it a `fetch`
+    /// through the proxy (see `crate::egress`).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub egress: bool,
 }
 
 /// What files to send back, and how many bytes at most.
@@ -239,8 +246,10 @@ impl BootedChild {
             tokio::task::spawn_blocking(move || job_dir(&sandbox, language))
         };
         let dir = prepare.await.map_err(std::io::Error::other)??;
-        let (child, stdin, stdout, stderr) = spawn_ready(sandbox, language, dir.path(), ChildMode::Single).await?;
-        Ok(BootedChild { child, stdin, stdout, stderr, dir })
+        let egress = egress_link(sandbox, dir.path())?;
+        let (child, stdin, stdout, stderr) =
+            spawn_ready(sandbox, language, dir.path(), ChildMode::Single, Some(egress.path())).await?;
+        Ok(BootedChild { child, stdin, stdout, stderr, dir, egress })
     }
 
     /// The child's process id, which is also its process group id.
@@ -261,7 +270,7 @@ impl BootedChild {
     /// Runs `spec` in this child and returns how it ended. The child is gone
     /// afterwards, whatever happened.
     pub async fn run(self, spec: &JobSpec, sandbox: &Sandbox, cancel: &CancellationToken, live: &Live) -> Outcome {
-        let BootedChild { mut child, mut stdin, stdout, stderr, dir } = self;
+        let BootedChild { mut child, mut stdin, stdout, stderr, dir, egress } = self;
         // The api checks file paths; the worker does not trust it to.
         if let Some(Err(e)) = spec.files.iter().map(|f| InputFile::check_path(&f.path)).find(Result::is_err) {
             return Outcome::internal_error(format!("refused the job's files: {e}"));
@@ -291,7 +300,9 @@ impl BootedChild {
             return_files: ReturnFrame::of(spec),
             op: None,
             timeout_ms: None,
+            egress: spec.egress.is_some(),
         };
+        egress.begin(spec.egress.as_ref());
         let frame = match serde_json::to_vec(&frame) {
             Ok(frame) => frame,
             Err(e) => return Outcome::internal_error(format!("could not encode the job: {e}")),
@@ -351,6 +362,7 @@ impl BootedChild {
             },
         };
         let duration = started.elapsed();
+        let network = egress.end();
         let usage = Usage::of_single_use(rusage, cpu_before, before.map(|sample| sample.resident));
         writer.abort();
         let (stdout, files) = drain(out).await;
@@ -377,6 +389,7 @@ impl BootedChild {
         if let Some(section) = files {
             (outcome.files, outcome.files_truncated) = returned_files(&section);
         }
+        outcome.network = network;
         outcome
     }
 }
@@ -566,10 +579,18 @@ pub(super) fn outcome(
         cpu_ms: None,
         peak_memory_bytes: None,
         step: None,
+        network: Vec::new(),
     };
     // On everything the program wrote, not only the bytes kept.
     outcome.verdict = spec.verdict_with(&outcome, |compare, expected| stdout.matches(compare, expected));
     outcome
+}
+
+/// The egress proxy's socket for a child whose private directory is `dir`.
+pub(super) fn egress_link(sandbox: &Sandbox, dir: &Path) -> std::io::Result<Link> {
+    let link = Link::listen(sandbox.egress.clone(), dir)?;
+    give_to_child(link.path(), sandbox)?;
+    Ok(link)
 }
 
 /// Spawns a child whose private directory is `dir` and waits for READY.
@@ -578,10 +599,10 @@ pub(super) async fn spawn_ready(
     language: Language,
     dir: &Path,
     mode: ChildMode,
+    egress: Option<&Path>,
 ) -> Result<(Child, ChildStdin, ChildStdout, ChildStderr), SandboxError> {
-    let mut child = deno_command(&sandbox.runtime, &sandbox.isolation, &sandbox.limits, language, dir, mode)
-        .spawn()
-        .map_err(SandboxError::Spawn)?;
+    let mut command = deno_command(&sandbox.runtime, &sandbox.isolation, &sandbox.limits, language, dir, mode, egress);
+    let mut child = command.spawn().map_err(SandboxError::Spawn)?;
     let (Some(stdin), Some(mut stdout), Some(mut stderr)) =
         (child.stdin.take(), child.stdout.take(), child.stderr.take())
     else {
@@ -608,7 +629,7 @@ pub async fn prime_cache(sandbox: &Sandbox) -> Result<TempDir, SandboxError> {
     let dir = private_dir("runbox-cache-", sandbox)?;
     for language in [Language::Python] {
         let (mut child, mut stdin, _stdout, _stderr) =
-            spawn_ready(sandbox, language, dir.path(), ChildMode::Single).await?;
+            spawn_ready(sandbox, language, dir.path(), ChildMode::Single, None).await?;
         let frame = Frame {
             language,
             code: "0",
@@ -620,6 +641,7 @@ pub async fn prime_cache(sandbox: &Sandbox) -> Result<TempDir, SandboxError> {
             return_files: None,
             op: None,
             timeout_ms: None,
+            egress: false,
         };
         let frame = serde_json::to_vec(&frame).map_err(std::io::Error::other)?;
         stdin.write_all(format!("{}\n", frame.len()).as_bytes()).await?;

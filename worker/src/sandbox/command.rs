@@ -1,7 +1,9 @@
 //! Builds the command line and process attributes of one Deno child.
 //!
 //! Every permission is denied by flag (a JS child may read its job's
-//! `files` directory, and nothing else), and the "fetch code from outside"
+//! `files` directory, and nothing else; a child with an egress socket may
+//! connect to it while it boots, and revokes that before any job runs),
+//! and the "fetch code from outside"
 //! paths that `--deny-net` does not cover (`npm:` and remote imports) are
 //! closed with `--no-npm --no-remote --cached-only --deny-import`, in both
 //! children: npm resolution would also switch off Deno's read check for
@@ -33,7 +35,6 @@ const DENY_ALL: &[&str] = &[
     "--no-remote",
     "--cached-only",
     "--deny-import",
-    "--deny-net",
     "--deny-run",
     "--deny-ffi",
     "--deny-sys",
@@ -85,7 +86,8 @@ impl ChildMode {
     }
 }
 
-/// The command for one child of `language`, whose private directory is `dir`.
+/// The command for one child of `language`, whose private directory is
+/// `dir`; `egress` is the egress proxy's socket for it, if it has one.
 pub fn deno_command(
     runtime: &Runtime,
     isolation: &Isolation,
@@ -93,27 +95,56 @@ pub fn deno_command(
     language: Language,
     dir: &Path,
     mode: ChildMode,
+    egress: Option<&Path>,
 ) -> Command {
     let mut args: Vec<OsString> = vec!["run".into()];
     args.extend(DENY_ALL.iter().map(OsString::from));
+    // The socket, to connect to once while booting (Deno asks for net
+    // access to `unix:<path>` and read and write access to the path);
+    // every other address is denied.
+    match egress {
+        Some(socket) => {
+            let mut net: OsString = "--allow-net=unix:".into();
+            net.push(socket);
+            args.push(net);
+        }
+        None => args.push("--deny-net".into()),
+    }
+    let with_socket = |mut list: OsString| {
+        if let Some(socket) = egress {
+            list.push(",");
+            list.push(socket);
+        }
+        list
+    };
     // A child with a channel opens its two FIFOs while it boots, and reads
     // the harness files it starts job Workers from; it revokes both before
     // any job runs. Every other write is denied.
     let channel = mode.has_channel().then(|| ChannelPaths::in_dir(dir));
     let harness_dir = runtime.js_harness.parent().map(Path::to_path_buf).unwrap_or_default();
-    match &channel {
-        Some(channel) => {
+    match (&channel, egress) {
+        (Some(channel), _) => {
             let mut writable: OsString = "--allow-write=".into();
             writable.push(&channel.results);
+            args.push(with_socket(writable));
+        }
+        (None, Some(socket)) => {
+            let mut writable: OsString = "--allow-write=".into();
+            writable.push(socket);
             args.push(writable);
         }
-        None => args.push("--deny-write".into()),
+        (None, None) => args.push("--deny-write".into()),
     }
     let mut channel_args: Vec<OsString> = Vec::new();
     if let Some(channel) = &channel {
         channel_args.extend(mode.arg().map(OsString::from));
         channel_args.push(channel.frames.clone().into());
         channel_args.push(channel.results.clone().into());
+    }
+    if let Some(socket) = egress {
+        let mut arg: OsString = "egress=".into();
+        arg.push(socket);
+        channel_args.push(arg);
     }
     args.push(format!("--v8-flags=--max-old-space-size={}", limits.memory_mb).into());
     match language {
@@ -129,7 +160,7 @@ pub fn deno_command(
                 }
                 None => readable.push(dir.join(FILES_DIR)),
             }
-            args.push(readable);
+            args.push(with_socket(readable));
             args.push(runtime.js_harness.clone().into());
             args.extend(channel_args);
         }
@@ -146,7 +177,7 @@ pub fn deno_command(
                 readable.push(",");
                 readable.push(&channel.frames);
             }
-            args.push(readable);
+            args.push(with_socket(readable));
             args.push(runtime.python_harness.clone().into());
             args.push(runtime.pyodide_dir.clone().into());
             args.push(runtime.snapshot.as_ref().map_or_else(|| "-".into(), |s| s.clone().into_os_string()));

@@ -45,6 +45,8 @@ use std::time::Duration;
 
 use runbox_common::{JobSpec, Timeouts};
 
+use crate::egress::EgressProxy;
+
 pub use child::BootedChild;
 pub use command::MAX_FILE_BYTES;
 pub use isolation::{Isolation, NetworkIsolation};
@@ -107,13 +109,20 @@ pub struct Sandbox {
     pub work_dir: PathBuf,
     /// A DENO_DIR seeded with Deno's code cache, copied into each Python child's.
     pub cache_seed: Option<Arc<tempfile::TempDir>>,
+    /// The egress proxy every child's socket leads to.
+    pub egress: Arc<EgressProxy>,
 }
 
 impl Sandbox {
     /// Checks the runtime and works out which isolation layers this host
     /// allows, by running a real program under each.
-    pub async fn new(runtime: Runtime, limits: Limits, work_dir: PathBuf) -> Result<Sandbox, SandboxError> {
-        let mut sandbox = Sandbox { runtime, limits, isolation: Isolation::NONE, work_dir, cache_seed: None };
+    pub async fn new(
+        runtime: Runtime,
+        limits: Limits,
+        work_dir: PathBuf,
+        egress: Arc<EgressProxy>,
+    ) -> Result<Sandbox, SandboxError> {
+        let mut sandbox = Sandbox { runtime, limits, isolation: Isolation::NONE, work_dir, cache_seed: None, egress };
         sandbox.isolation = probe::probe(&sandbox).await?;
         match child::prime_cache(&sandbox).await {
             Ok(seed) => sandbox.cache_seed = Some(Arc::new(seed)),

@@ -105,6 +105,9 @@ struct OpenFrame<'a> {
     checkpoint_bytes: usize,
     #[serde(skip_serializing_if = "<[Replayed]>::is_empty")]
     replay: &'a [Replayed],
+    /// The session's token has egress rules (see `crate::egress`).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    egress: bool,
 }
 
 /// A session child booted as far as it goes before its session exists
@@ -135,7 +138,7 @@ impl BootedSession {
     /// Opens the session from `restore`. A replay runs each exec under its
     /// own timeout (the harness ends it), and all of them under the job
     /// maximum (the runner ends it).
-    pub async fn open(mut self, restore: Restore) -> Result<SessionChild, SessionError> {
+    pub async fn open(mut self, restore: Restore, egress: bool) -> Result<SessionChild, SessionError> {
         let Some(mut inner) = self.inner.take() else { return Err(died()) };
         let nonce = uuid::Uuid::new_v4().simple().to_string();
         let (memory, replay, deadline): (&[u8], Vec<Replayed>, Duration) = match &restore {
@@ -149,6 +152,7 @@ impl BootedSession {
             memory_mb: self.memory_mb,
             checkpoint_bytes: memory.len(),
             replay: &replay,
+            egress,
         };
         let bounds = Bounds {
             deadline,
@@ -181,9 +185,10 @@ impl Drop for BootedSession {
 }
 
 impl SessionChild {
-    /// Boots a session child for `language` and opens it from `restore`.
+    /// Boots a session child for `language` and opens it from `restore`,
+    /// without egress.
     pub async fn open(sandbox: &Sandbox, language: Language, restore: Restore) -> Result<SessionChild, SessionError> {
-        BootedSession::boot(sandbox, language).await?.open(restore).await
+        BootedSession::boot(sandbox, language).await?.open(restore, false).await
     }
 
     /// Runs one exec. Returns its outcome and whether the session lives on:

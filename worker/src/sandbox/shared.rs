@@ -59,12 +59,13 @@ use tokio_util::sync::CancellationToken;
 use super::channel::{Channel, ChannelError, ChannelPaths, Report};
 use super::child::{
     BOOT_TIMEOUT, Frame, MemorySample, RUNTIME_RSS_ALLOWANCE_MB, ReturnFrame, Usage, classify, confirms_out_of_memory,
-    cpu_time, give_to_child, hold_to_own_cap, job_dir, kill_group, outcome, rss_limit, watch_rss,
+    cpu_time, egress_link, give_to_child, hold_to_own_cap, job_dir, kill_group, outcome, rss_limit, watch_rss,
 };
 use super::command::{ChildMode, deno_command};
 use super::live::Live;
 use super::output::{Captured, capture_after};
 use super::{Sandbox, SandboxError};
+use crate::egress::Link;
 
 /// What the harness writes after each job, before the job's nonce.
 pub(super) const END_MARKER: &str = "\u{6}runbox-end:";
@@ -308,6 +309,8 @@ pub(super) struct SharedChild {
     /// (see [`SharedChild::is_clean`]).
     resident_at_boot: u64,
     leftover_allowance: u64,
+    /// The child's socket to the egress proxy.
+    egress: Link,
     /// The child's private directory; removed when this is dropped.
     _dir: TempDir,
 }
@@ -386,9 +389,11 @@ impl SharedChild {
         };
         let (dir, paths) = prepare.await.map_err(std::io::Error::other)??;
         let mut channel = Channel::open(&paths)?;
-        let mut child = deno_command(&sandbox.runtime, &sandbox.isolation, &sandbox.limits, language, dir.path(), mode)
-            .spawn()
-            .map_err(SandboxError::Spawn)?;
+        let egress = egress_link(sandbox, dir.path())?;
+        let (isolation, limits) = (&sandbox.isolation, &sandbox.limits);
+        let mut command =
+            deno_command(&sandbox.runtime, isolation, limits, language, dir.path(), mode, Some(egress.path()));
+        let mut child = command.spawn().map_err(SandboxError::Spawn)?;
         // Its stdin stays empty and closed: a job that reads it reads nothing.
         drop(child.stdin.take());
         let (Some(stdout), Some(mut stderr)) = (child.stdout.take(), child.stderr.take()) else {
@@ -414,6 +419,7 @@ impl SharedChild {
             jobs: 0,
             resident_at_boot,
             leftover_allowance,
+            egress,
             _dir: dir,
         })
     }
@@ -502,6 +508,7 @@ impl SharedChild {
             return_files: ReturnFrame::of(spec),
             op: in_session.then_some("exec"),
             timeout_ms: in_session.then(|| u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX)),
+            egress: spec.egress.is_some(),
         };
         // A session's Python harness interrupts the exec at the deadline and
         // keeps the session; the kill is for when it cannot.
@@ -522,7 +529,9 @@ impl SharedChild {
             job_memory_mb,
             live: live.clone(),
         };
+        self.egress.begin(spec.egress.as_ref());
         let exchange = self.exchange(&frame, &[], &nonce, &bounds, cancel).await;
+        let network = self.egress.end();
         let Exchange { ending, stdout, stderr, files, duration, usage, .. } = exchange;
         // A session lives on after any exec its harness finished, whatever
         // the exec left running.
@@ -547,6 +556,7 @@ impl SharedChild {
             let valid = kept.len() <= MAX_RETURN_FILES && kept.iter().all(|f| InputFile::check_path(&f.path).is_ok());
             (outcome.files, outcome.files_truncated) = if valid { (kept, truncated) } else { (Vec::new(), true) };
         }
+        outcome.network = network;
         (outcome, reusable)
     }
 

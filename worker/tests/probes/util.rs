@@ -30,7 +30,14 @@ pub async fn sandbox() -> &'static Sandbox {
             let runtime = Runtime::locate(Path::new(runbox_worker::sandbox::DEFAULT_RUNTIME_DIR))
                 .expect("runtime installed: run scripts/setup");
             assert!(runtime.snapshot.is_some(), "Pyodide snapshot missing: run scripts/setup");
-            Sandbox::new(runtime, limits(), std::env::temp_dir()).await.expect("sandbox starts")
+            Sandbox::new(
+                runtime,
+                limits(),
+                std::env::temp_dir(),
+                runbox_worker::egress::EgressProxy::new(&Default::default()).expect("egress proxy"),
+            )
+            .await
+            .expect("sandbox starts")
         })
         .await
 }

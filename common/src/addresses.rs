@@ -1,5 +1,5 @@
-//! Which IP addresses are public: the one check for anything the api
-//! connects to on a user's behalf (callbacks today, an egress proxy later).
+//! Which IP addresses are public: the one check for anything runbox
+//! connects to on a user's behalf (the api's callbacks, the worker's egress proxy).
 //!
 //! [`refusal`] looks an address up in [`IPV4`] or [`IPV6`], tables of
 //! special-purpose blocks, and the most specific block that holds it
@@ -31,14 +31,14 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 /// An IP network: an address and a prefix length.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Network {
+pub struct Network {
     addr: IpAddr,
     prefix: u32,
 }
 
 impl Network {
     /// Parses `10.0.0.0/8`, `fd00::/8`, or a bare address (one host).
-    pub(crate) fn parse(text: &str) -> Option<Network> {
+    pub fn parse(text: &str) -> Option<Network> {
         let (addr, prefix) = text.split_once('/').map_or((text, None), |(a, p)| (a, Some(p)));
         let addr: IpAddr = addr.parse().ok()?;
         let bits = if addr.is_ipv4() { 32 } else { 128 };
@@ -51,7 +51,7 @@ impl Network {
 
     /// Whether `ip` is in this network. An IPv4 network holds no IPv6
     /// address, not even an IPv4-mapped one, and the other way round.
-    pub(crate) fn contains(&self, ip: IpAddr) -> bool {
+    pub fn contains(&self, ip: IpAddr) -> bool {
         let mask = |bits: u32, width: u32| if bits == 0 { 0 } else { u128::MAX << (width - bits) };
         match (self.addr, ip) {
             (IpAddr::V4(net), IpAddr::V4(ip)) => {
@@ -70,7 +70,7 @@ impl Network {
 /// Why `ip` is not an ordinary public address, one a connection made on a
 /// user's behalf may go to: the name of the block that holds it. `None`
 /// if it is public.
-pub(crate) fn refusal(ip: IpAddr) -> Option<&'static str> {
+pub fn refusal(ip: IpAddr) -> Option<&'static str> {
     let ip = match ip {
         IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
         IpAddr::V4(_) => ip,

@@ -1,0 +1,374 @@
+//! One request of a job, from the rule check to the last byte of its answer.
+
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Mutex;
+
+use reqwest::Url;
+use reqwest::dns::{Addrs, Name, Resolve, Resolving};
+use runbox_common::{Egress, HostTraffic, Secret, addresses};
+use serde::{Deserialize, Serialize};
+
+use super::EgressLimits;
+
+/// Redirects followed for one request, as browsers allow.
+const MAX_REDIRECTS: u32 = 20;
+
+/// Request headers the job's `fetch` may not set: the proxy owns the
+/// connection, its framing and its encoding (bodies are passed on as they
+/// came, so none is asked for).
+const DROPPED_REQUEST_HEADERS: &[&str] = &[
+    "host",
+    "content-length",
+    "connection",
+    "keep-alive",
+    "proxy-authorization",
+    "proxy-connection",
+    "transfer-encoding",
+    "te",
+    "trailer",
+    "upgrade",
+    "accept-encoding",
+];
+
+/// Response headers not passed on: they describe the proxy's connection.
+const DROPPED_RESPONSE_HEADERS: &[&str] = &["connection", "keep-alive", "transfer-encoding", "content-length"];
+
+/// What a job asked for, as its harness sent it.
+#[derive(Debug, Deserialize)]
+pub(super) struct Request {
+    pub method: String,
+    pub url: String,
+    #[serde(default)]
+    pub headers: Vec<(String, String)>,
+    #[serde(default)]
+    pub redirect: Redirect,
+}
+
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub(super) enum Redirect {
+    #[default]
+    Follow,
+    Manual,
+    Error,
+}
+
+/// What the job's `fetch` resolves with; the body follows it raw.
+#[derive(Debug, Serialize)]
+pub(super) struct Response {
+    pub status: u16,
+    pub status_text: String,
+    pub url: String,
+    pub redirected: bool,
+    pub headers: Vec<(String, String)>,
+}
+
+/// The job a link serves now: its rules, and its token's secrets.
+pub(super) struct JobEgress {
+    pub egress: Egress,
+    /// Each secret's placeholder and the secret.
+    pub secrets: Vec<(String, Secret)>,
+    pub usage: Mutex<Usage>,
+    pub limits: EgressLimits,
+}
+
+/// What a job has used of the proxy, per host.
+#[derive(Debug, Default)]
+pub(super) struct Usage {
+    pub requests: u32,
+    pub in_flight: u32,
+    pub bytes_out: u64,
+    pub bytes_in: u64,
+    pub hosts: Vec<HostTraffic>,
+}
+
+impl JobEgress {
+    fn usage(&self) -> std::sync::MutexGuard<'_, Usage> {
+        self.usage.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn host(usage: &mut Usage, host: &str) -> usize {
+        match usage.hosts.iter().position(|h| h.host == host) {
+            Some(at) => at,
+            None => {
+                usage.hosts.push(HostTraffic { host: host.to_owned(), ..HostTraffic::default() });
+                usage.hosts.len() - 1
+            }
+        }
+    }
+
+    /// Counts one more request to `host`, within the job's cap.
+    fn admit(&self, host: &str) -> Result<(), String> {
+        let mut usage = self.usage();
+        if usage.requests >= self.limits.max_requests {
+            return Err(format!("this job has made its {} requests", self.limits.max_requests));
+        }
+        usage.requests += 1;
+        let at = Self::host(&mut usage, host);
+        usage.hosts[at].requests += 1;
+        Ok(())
+    }
+
+    /// Counts `bytes` sent to (`out`) or received from `host`, within the cap.
+    fn spend(&self, host: &str, bytes: u64, out: bool) -> Result<(), String> {
+        let mut usage = self.usage();
+        let total = if out { &mut usage.bytes_out } else { &mut usage.bytes_in };
+        if *total + bytes > self.limits.max_bytes {
+            let way = if out { "sent" } else { "received" };
+            return Err(format!("this job has {way} its {} bytes", self.limits.max_bytes));
+        }
+        *total += bytes;
+        let at = Self::host(&mut usage, host);
+        if out {
+            usage.hosts[at].bytes_out += bytes;
+        } else {
+            usage.hosts[at].bytes_in += bytes;
+        }
+        Ok(())
+    }
+
+    /// Takes one of the job's concurrent requests; [`JobEgress::release`] gives it back.
+    pub fn enter(&self) -> Result<(), String> {
+        let mut usage = self.usage();
+        if usage.in_flight >= self.limits.max_connections {
+            return Err(format!("this job has {} requests open already", self.limits.max_connections));
+        }
+        usage.in_flight += 1;
+        Ok(())
+    }
+
+    pub fn release(&self) {
+        let mut usage = self.usage();
+        usage.in_flight = usage.in_flight.saturating_sub(1);
+    }
+}
+
+/// Runs `request` for `job`: see the module header of `egress`.
+pub(super) async fn fetch(
+    client: &reqwest::Client,
+    job: &JobEgress,
+    request: Request,
+    body: Vec<u8>,
+) -> Result<(Response, Vec<u8>), String> {
+    let mut url = Url::parse(&request.url).map_err(|e| format!("{:?} is not a URL: {e}", request.url))?;
+    let mut method = reqwest::Method::from_bytes(request.method.as_bytes())
+        .map_err(|_| format!("{:?} is not an HTTP method", request.method))?;
+    let mut headers: Vec<(String, String)> = request
+        .headers
+        .into_iter()
+        .filter(|(name, _)| !DROPPED_REQUEST_HEADERS.contains(&name.to_ascii_lowercase().as_str()))
+        .collect();
+    let mut body = Some(body);
+    let mut redirected = false;
+    for hop in 0..=MAX_REDIRECTS {
+        let (host, port) = destination(&url)?;
+        let key = format!("{}:{port}", url.host_str().unwrap_or(&host));
+        if !job.egress.allows(&host, port) {
+            return Err(if hop == 0 {
+                format!("{key} is not in this token's egress rules")
+            } else {
+                format!("a redirect to {key} left this token's egress rules")
+            });
+        }
+        job.admit(&key)?;
+        let (sent, used) = with_secrets(&headers, job, &host, port);
+        let mut builder = client.request(method.clone(), url.clone());
+        let mut out = method.as_str().len() + url.as_str().len() + 12;
+        for (name, value) in &sent {
+            out += name.len() + value.len() + 4;
+            builder = builder.header(name.as_str(), value.as_str());
+        }
+        if let Some(bytes) = &body {
+            out += bytes.len();
+            builder = builder.body(bytes.clone());
+        }
+        job.spend(&key, out as u64, true)?;
+        let response = builder.send().await.map_err(|e| describe(&e))?;
+        let header_bytes: usize = response.headers().iter().map(|(n, v)| n.as_str().len() + v.len() + 4).sum();
+        job.spend(&key, header_bytes as u64 + 16, false)?;
+        let status = response.status();
+        let location = response.headers().get(reqwest::header::LOCATION).and_then(|l| l.to_str().ok());
+        if let Some(location) = location.filter(|_| status.is_redirection() && request.redirect != Redirect::Manual) {
+            if request.redirect == Redirect::Error {
+                return Err(format!("{key} answered a redirect, and the request said redirect: \"error\""));
+            }
+            let next = url.join(location).map_err(|e| format!("a redirect to a bad URL: {e}"))?;
+            let code = status.as_u16();
+            if code == 303 || ((code == 301 || code == 302) && method == reqwest::Method::POST) {
+                if method != reqwest::Method::HEAD {
+                    method = reqwest::Method::GET;
+                }
+                body = None;
+                headers.retain(|(name, _)| !name.to_ascii_lowercase().starts_with("content-"));
+            }
+            if next.origin() != url.origin() {
+                headers.retain(|(name, _)| !matches!(name.to_ascii_lowercase().as_str(), "authorization" | "cookie"));
+            }
+            url = next;
+            redirected = true;
+            continue;
+        }
+        let answer = Response {
+            status: status.as_u16(),
+            status_text: status.canonical_reason().unwrap_or("").to_owned(),
+            url: url.to_string(),
+            redirected,
+            headers: response
+                .headers()
+                .iter()
+                .filter(|(name, _)| !DROPPED_RESPONSE_HEADERS.contains(&name.as_str()))
+                .map(|(name, value)| {
+                    (name.as_str().to_owned(), scrub_text(&String::from_utf8_lossy(value.as_bytes()), &used))
+                })
+                .collect(),
+        };
+        let mut response = response;
+        let mut bytes = Vec::new();
+        while let Some(chunk) = response.chunk().await.map_err(|e| describe(&e))? {
+            job.spend(&key, chunk.len() as u64, false)?;
+            bytes.extend_from_slice(&chunk);
+        }
+        return Ok((answer, scrub(bytes, &used)));
+    }
+    Err(format!("more than {MAX_REDIRECTS} redirects"))
+}
+
+/// The host (an IP address without brackets) and port a URL goes to.
+fn destination(url: &Url) -> Result<(String, u16), String> {
+    if !matches!(url.scheme(), "http" | "https") {
+        return Err(format!("{}: only http and https go through the proxy", url.scheme()));
+    }
+    let host = match url.host() {
+        Some(url::Host::Domain(name)) => name.to_owned(),
+        Some(url::Host::Ipv4(ip)) => ip.to_string(),
+        Some(url::Host::Ipv6(ip)) => ip.to_string(),
+        None => return Err(format!("{url} names no host")),
+    };
+    let port = url.port_or_known_default().ok_or_else(|| format!("{url} names no port"))?;
+    Ok((host, port))
+}
+
+/// A secret put into a request: its placeholder and its value.
+type Used<'a> = (&'a str, &'a str);
+
+/// `headers` with each placeholder of a secret bound to `host:port`
+/// replaced by its value, and the values used (to scrub from the answer).
+fn with_secrets<'a>(
+    headers: &[(String, String)],
+    job: &'a JobEgress,
+    host: &str,
+    port: u16,
+) -> (Vec<(String, String)>, Vec<Used<'a>>) {
+    let mut used = Vec::new();
+    let bound: Vec<_> = job.secrets.iter().filter(|(_, secret)| secret.host.allows(host, port)).collect();
+    let sent = headers
+        .iter()
+        .map(|(name, value)| {
+            let mut value = value.clone();
+            for (placeholder, secret) in &bound {
+                if value.contains(placeholder.as_str()) {
+                    value = value.replace(placeholder.as_str(), &secret.value);
+                    used.push((placeholder.as_str(), secret.value.as_str()));
+                }
+            }
+            (name.clone(), value)
+        })
+        .collect();
+    (sent, used)
+}
+
+/// `bytes` with every secret value in `used` replaced by its placeholder:
+/// an upstream that echoes a request header back hands the job nothing.
+fn scrub(bytes: Vec<u8>, used: &[Used<'_>]) -> Vec<u8> {
+    let mut bytes = bytes;
+    for (placeholder, value) in used {
+        let value = value.as_bytes();
+        if value.is_empty() || !bytes.windows(value.len()).any(|w| w == value) {
+            continue;
+        }
+        let mut out = Vec::with_capacity(bytes.len());
+        let mut at = 0;
+        while at < bytes.len() {
+            if bytes[at..].starts_with(value) {
+                out.extend_from_slice(placeholder.as_bytes());
+                at += value.len();
+            } else {
+                out.push(bytes[at]);
+                at += 1;
+            }
+        }
+        bytes = out;
+    }
+    bytes
+}
+
+fn scrub_text(text: &str, used: &[Used<'_>]) -> String {
+    used.iter().fold(text.to_owned(), |text, (placeholder, value)| text.replace(value, placeholder))
+}
+
+/// An error and its causes, on one line: reqwest's own message says only
+/// which request failed.
+fn describe(error: &reqwest::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = std::error::Error::source(error);
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
+/// Resolves a name for the proxy's client, and refuses it unless every
+/// address it resolves to is public: the client then connects only to
+/// those addresses, so what was checked is what is reached.
+pub(super) struct PublicOnly;
+
+impl Resolve for PublicOnly {
+    fn resolve(&self, name: Name) -> Resolving {
+        let name = name.as_str().to_owned();
+        Box::pin(async move {
+            let addrs: Vec<SocketAddr> = tokio::net::lookup_host((name.as_str(), 0)).await?.collect();
+            if addrs.is_empty() {
+                return Err(format!("{name} resolves to no address").into());
+            }
+            if let Some((ip, why)) = addrs.iter().find_map(|a| addresses::refusal(a.ip()).map(|why| (a.ip(), why))) {
+                return Err(refused(&name, ip, why).into());
+            }
+            Ok(Box::new(addrs.into_iter()) as Addrs)
+        })
+    }
+}
+
+fn refused(name: &str, ip: IpAddr, why: &str) -> String {
+    format!("refused: {name} resolves to {ip}, a {why} address; only an IP address written in a rule reaches one")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn secret_values_are_scrubbed_from_answers() {
+        let used = [("{{secret:K}}", "s3cret")];
+        assert_eq!(scrub(b"a s3cret and s3cret".to_vec(), &used), b"a {{secret:K}} and {{secret:K}}");
+        assert_eq!(scrub(b"nothing".to_vec(), &used), b"nothing");
+        assert_eq!(scrub_text("Bearer s3cret", &used), "Bearer {{secret:K}}");
+    }
+
+    #[test]
+    fn destinations_name_host_and_port() {
+        let url = |text: &str| Url::parse(text).expect("url");
+        assert_eq!(destination(&url("https://Example.com/x")).expect("ok"), ("example.com".into(), 443));
+        assert_eq!(destination(&url("http://[::1]:8080/")).expect("ok"), ("::1".into(), 8080));
+        assert_eq!(destination(&url("http://0x7f.1/")).expect("ok"), ("127.0.0.1".into(), 80));
+        assert!(destination(&url("ftp://example.com/")).is_err());
+        assert!(destination(&url("file:///etc/passwd")).is_err());
+    }
+
+    #[tokio::test]
+    async fn names_of_private_addresses_are_refused() {
+        let error = PublicOnly.resolve("localhost".parse().expect("name")).await.err().expect("refused");
+        assert!(error.to_string().contains("loopback"), "{error}");
+    }
+}

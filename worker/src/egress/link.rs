@@ -1,0 +1,202 @@
+//! One child's way to the proxy: a Unix socket in its private directory,
+//! which its harness connects to once, while it boots.
+//!
+//! The protocol, both ways a line of JSON and then the raw bytes it
+//! announces (`body`):
+//!
+//! - harness → proxy: `{"id", "method", "url", "headers": [[name, value]],
+//!   "redirect": "follow" | "manual" | "error", "body"}`;
+//! - proxy → harness: `{"id", "status", "status_text", "url", "redirected",
+//!   "headers", "body"}`, or `{"id", "error"}`.
+//!
+//! Requests may overlap; answers come in the order they finish. Whatever
+//! arrives is a job's to send, so nothing on the socket is trusted: a line
+//! past its cap or that does not parse ends the link, and every request is
+//! judged by the rules of the job the link serves at that moment
+//! ([`Link::begin`]). A job's requests still running when it ends are
+//! dropped with it, so an answer never reaches the next job.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use runbox_common::{Egress, HostTraffic, Secret};
+use serde::Deserialize;
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::UnixListener;
+use tokio::net::unix::OwnedWriteHalf;
+use tokio::task::{AbortHandle, JoinHandle};
+
+use super::EgressProxy;
+use super::fetch::{self, JobEgress, Usage};
+
+/// The socket's name in a child's private directory.
+const SOCKET: &str = "egress.sock";
+
+/// The longest request line: a URL and headers, generously.
+const MAX_LINE: u64 = 256 * 1024;
+
+/// The proxy's end of one child's socket.
+pub struct Link {
+    path: PathBuf,
+    proxy: Arc<EgressProxy>,
+    job: Arc<Mutex<Option<Arc<JobEgress>>>>,
+    requests: Arc<Mutex<Vec<AbortHandle>>>,
+    server: JoinHandle<()>,
+}
+
+#[derive(Deserialize)]
+struct Envelope {
+    id: u64,
+    #[serde(default)]
+    body: u64,
+    #[serde(flatten)]
+    request: fetch::Request,
+}
+
+impl Link {
+    /// Listens on the socket in `dir`, for one connection: the harness's.
+    pub fn listen(proxy: Arc<EgressProxy>, dir: &Path) -> std::io::Result<Link> {
+        let path = dir.join(SOCKET);
+        let listener = UnixListener::bind(&path)?;
+        let job: Arc<Mutex<Option<Arc<JobEgress>>>> = Arc::default();
+        let requests: Arc<Mutex<Vec<AbortHandle>>> = Arc::default();
+        let server = tokio::spawn(serve(listener, path.clone(), proxy.clone(), job.clone(), requests.clone()));
+        Ok(Link { path, proxy, job, requests, server })
+    }
+
+    /// The socket's path, which the harness is given.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// From now on, requests are judged by `egress` (None: each is refused).
+    pub fn begin(&self, egress: Option<&Egress>) {
+        self.cancel_requests();
+        let job = egress.map(|egress| {
+            let secrets = self.proxy.secrets.get(&egress.token);
+            Arc::new(JobEgress {
+                egress: egress.clone(),
+                secrets: secrets
+                    .into_iter()
+                    .flatten()
+                    .map(|(name, secret)| (Secret::placeholder(name), secret.clone()))
+                    .collect(),
+                usage: Mutex::new(Usage::default()),
+                limits: self.proxy.limits,
+            })
+        });
+        *lock(&self.job) = job;
+    }
+
+    /// Ends the job: its requests still running are dropped, later ones
+    /// refused. Returns its traffic, per host.
+    pub fn end(&self) -> Vec<HostTraffic> {
+        let job = lock(&self.job).take();
+        self.cancel_requests();
+        job.map(|job| std::mem::take(&mut lock(&job.usage).hosts)).unwrap_or_default()
+    }
+
+    fn cancel_requests(&self) {
+        for request in lock(&self.requests).drain(..) {
+            request.abort();
+        }
+    }
+}
+
+impl Drop for Link {
+    fn drop(&mut self) {
+        self.server.abort();
+        self.cancel_requests();
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Takes the harness's connection, then serves it until the child closes it.
+async fn serve(
+    listener: UnixListener,
+    path: PathBuf,
+    proxy: Arc<EgressProxy>,
+    current: Arc<Mutex<Option<Arc<JobEgress>>>>,
+    requests: Arc<Mutex<Vec<AbortHandle>>>,
+) {
+    let accepted = listener.accept().await;
+    // One connection only: nothing else may connect, even with the path.
+    drop(listener);
+    let _ = std::fs::remove_file(&path);
+    let Ok((stream, _)) = accepted else { return };
+    let (read, write) = stream.into_split();
+    let writer = Arc::new(tokio::sync::Mutex::new(write));
+    let mut reader = BufReader::new(read);
+    loop {
+        let mut line = Vec::new();
+        match (&mut reader).take(MAX_LINE).read_until(b'\n', &mut line).await {
+            Ok(n) if n > 0 && line.last() == Some(&b'\n') => {}
+            _ => return,
+        }
+        let Ok(Envelope { id, body, request }) = serde_json::from_slice::<Envelope>(&line) else { return };
+        let job = lock(&current).clone();
+        let cap = job.as_ref().map_or(0, |job| job.limits.max_bytes);
+        if body > cap {
+            // Skipped unread, so the link stays in step.
+            if tokio::io::copy(&mut (&mut reader).take(body), &mut tokio::io::sink()).await.is_err() {
+                return;
+            }
+            let error = match job {
+                Some(_) => format!("a request body of {body} bytes is past the job's cap of {cap}"),
+                None => "this job may reach no host".to_owned(),
+            };
+            answer(&writer, id, Err(error)).await;
+            continue;
+        }
+        let mut bytes = Vec::new();
+        if (&mut reader).take(body).read_to_end(&mut bytes).await.map_or(true, |n| n as u64 != body) {
+            return;
+        }
+        let Some(job) = job else {
+            answer(&writer, id, Err("this job may reach no host".to_owned())).await;
+            continue;
+        };
+        if let Err(error) = job.enter() {
+            answer(&writer, id, Err(error)).await;
+            continue;
+        }
+        let (client, writer, current) = (proxy.client.clone(), writer.clone(), current.clone());
+        let task = tokio::spawn(async move {
+            let result = fetch::fetch(&client, &job, request, bytes).await;
+            job.release();
+            // Only to the job that asked: one that has ended gets nothing.
+            let still = lock(&current).as_ref().is_some_and(|now| Arc::ptr_eq(now, &job));
+            if still {
+                answer(&writer, id, result).await;
+            }
+        });
+        let mut running = lock(&requests);
+        running.retain(|request| !request.is_finished());
+        running.push(task.abort_handle());
+    }
+}
+
+async fn answer(
+    writer: &tokio::sync::Mutex<OwnedWriteHalf>,
+    id: u64,
+    result: Result<(fetch::Response, Vec<u8>), String>,
+) {
+    let (line, body) = match result {
+        Ok((response, body)) => {
+            let mut line = serde_json::to_value(&response).unwrap_or_default();
+            line["id"] = id.into();
+            line["body"] = body.len().into();
+            (line, body)
+        }
+        Err(error) => (serde_json::json!({"id": id, "error": format!("runbox egress: {error}")}), Vec::new()),
+    };
+    let mut writer = writer.lock().await;
+    let mut bytes = line.to_string().into_bytes();
+    bytes.push(b'\n');
+    // A child that stopped reading has gone, or will be: nothing to do.
+    let _ = writer.write_all(&bytes).await;
+    let _ = writer.write_all(&body).await;
+}
