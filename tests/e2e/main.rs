@@ -12,6 +12,7 @@ mod callbacks;
 mod cancel;
 mod cli;
 mod cluster;
+mod egress;
 mod events;
 mod fairness;
 mod faults;

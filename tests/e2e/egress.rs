@@ -1,0 +1,409 @@
+//! Opt-in egress through the real stack: a token's jobs reach the loopback
+//! upstreams its rules name (HTTP, and HTTPS with a test CA the worker is
+//! told to trust), through the worker's proxy, and nothing else; a secret
+//! reaches only its own host's request headers; the caps hold; and a token
+//! without rules reaches nothing, as before.
+
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, BufReader};
+
+use crate::util::*;
+
+const SECRET: &str = "sk-live-0123456789-the-real-value";
+const PLACEHOLDER: &str = "{{secret:API_KEY}}";
+
+/// An HTTP and an HTTPS upstream on loopback (upstream.py), with the CA
+/// that signed the HTTPS one's certificate.
+struct Upstreams {
+    http: u16,
+    https: u16,
+    dir: tempfile::TempDir,
+    _process: tokio::process::Child,
+}
+
+impl Upstreams {
+    async fn start() -> Upstreams {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = |name: &str| dir.path().join(name).to_str().expect("utf-8").to_owned();
+        let openssl = |args: &[&str]| {
+            let status = std::process::Command::new("openssl")
+                .args(args)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+                .expect("openssl");
+            assert!(status.success(), "openssl {args:?}");
+        };
+        let (ca_key, ca, key, csr) = (path("ca.key"), path("ca.pem"), path("server.key"), path("server.csr"));
+        openssl(&[
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "2",
+            "-subj",
+            "/CN=runbox test CA",
+            "-keyout",
+            &ca_key,
+            "-out",
+            &ca,
+        ]);
+        openssl(&["req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=127.0.0.1", "-keyout", &key, "-out", &csr]);
+        std::fs::write(path("san.ext"), "subjectAltName=IP:127.0.0.1,DNS:localhost\n").expect("ext");
+        openssl(&[
+            "x509",
+            "-req",
+            "-days",
+            "2",
+            "-in",
+            &path("server.csr"),
+            "-CA",
+            &path("ca.pem"),
+            "-CAkey",
+            &path("ca.key"),
+            "-CAcreateserial",
+            "-extfile",
+            &path("san.ext"),
+            "-out",
+            &path("server.pem"),
+        ]);
+        std::fs::create_dir(path("files")).expect("files dir");
+        let (http, https) = (free_port(), free_port());
+        let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("e2e/upstream.py");
+        let mut process = tokio::process::Command::new("python3")
+            .arg(script)
+            .args(["--http", &http.to_string(), "--https", &https.to_string()])
+            .args(["--cert", &path("server.pem"), "--key", &path("server.key")])
+            .args(["--log", &path("received.jsonl"), "--files", &path("files")])
+            .stdout(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("upstream.py");
+        let mut lines = BufReader::new(process.stdout.take().expect("stdout")).lines();
+        let ready = tokio::time::timeout(Duration::from_secs(20), lines.next_line()).await;
+        assert!(matches!(ready, Ok(Ok(Some(ref line))) if line == "listening"), "upstream did not start: {ready:?}");
+        Upstreams { http, https, dir, _process: process }
+    }
+
+    fn path(&self, name: &str) -> String {
+        self.dir.path().join(name).to_str().expect("utf-8").to_owned()
+    }
+
+    /// Every request the upstreams got, in order.
+    fn received(&self) -> Vec<Value> {
+        std::fs::read_to_string(self.path("received.jsonl"))
+            .unwrap_or_default()
+            .lines()
+            .map(|line| serde_json::from_str(line).expect("a JSON line"))
+            .collect()
+    }
+
+    fn url(&self, scheme: &str, path: &str) -> String {
+        let port = if scheme == "https" { self.https } else { self.http };
+        format!("{scheme}://127.0.0.1:{port}{path}")
+    }
+}
+
+/// Redis, an api and a worker, where alice may reach both upstreams and
+/// `localhost` on the HTTP one's port (which resolves to loopback, so is
+/// refused), with a secret for the HTTP one; bob may reach nothing.
+struct EgressStack {
+    api: Api,
+    worker: Process,
+    up: Upstreams,
+    _redis: Redis,
+}
+
+impl EgressStack {
+    async fn start(caps: &[(&str, &str)]) -> EgressStack {
+        let up = Upstreams::start().await;
+        let rules = format!("alice=127.0.0.1:{0},127.0.0.1:{1},localhost:{0}", up.http, up.https);
+        let secrets = json!({ "alice": { "API_KEY": { "host": format!("127.0.0.1:{}", up.http), "value": SECRET } } });
+        std::fs::write(up.path("secrets.json"), secrets.to_string()).expect("secrets file");
+        let (secrets, ca) = (up.path("secrets.json"), up.path("ca.pem"));
+        let redis = Redis::start().await;
+        let api = Api::start(&redis, &[("RUNBOX_EGRESS", &rules), ("RUNBOX_EGRESS_SECRETS_FILE", &secrets)]).await;
+        let mut env = vec![("RUNBOX_EGRESS_SECRETS_FILE", secrets.as_str()), ("RUNBOX_EGRESS_CA_FILE", ca.as_str())];
+        env.extend_from_slice(caps);
+        let worker = start_worker(&redis, &env).await;
+        EgressStack { api, worker, up, _redis: redis }
+    }
+
+    async fn run_as(&self, token: &str, body: Value) -> Value {
+        let response = self
+            .api
+            .http
+            .post(self.api.url("/v1/jobs?wait=60"))
+            .bearer_auth(token)
+            .json(&body)
+            .send()
+            .await
+            .expect("submit");
+        assert_eq!(response.status(), 200);
+        let job: Value = response.json().await.expect("json");
+        assert_eq!(job["status"], "completed", "{job}");
+        job
+    }
+
+    async fn run(&self, language: &str, code: &str) -> Value {
+        self.run_as(ALICE, json!({ "language": language, "code": code })).await
+    }
+}
+
+fn stdout(job: &Value) -> &str {
+    job["stdout"].as_str().unwrap_or_default()
+}
+
+#[tokio::test]
+async fn allowed_hosts_are_reached_from_js_and_python_over_http_and_https() {
+    let s = EgressStack::start(&[]).await;
+    let (http, https) = (s.up.url("http", "/echo?from=js"), s.up.url("https", "/echo?from=js"));
+    let js = format!(
+        "for (const url of ['{http}', '{https}']) {{\n\
+           const r = await fetch(url, {{ method: 'POST', body: 'hello', headers: {{ 'x-test': 'js' }} }});\n\
+           const seen = await r.json();\n\
+           console.log(r.status, seen.scheme, seen.method, seen.body, r.url === url);\n\
+         }}"
+    );
+    for lane in [false, true] {
+        let job = s.run_as(ALICE, json!({ "language": "javascript", "code": js, "shared_runtime": lane })).await;
+        assert_eq!(stdout(&job), "200 http POST hello true\n200 https POST hello true\n", "{job}");
+        let network = job["network"].as_array().expect("network");
+        assert_eq!(network.len(), 2, "{job}");
+        assert_eq!(network[0]["host"], format!("127.0.0.1:{}", s.up.http));
+        assert!(network.iter().all(|h| h["requests"] == 1 && h["bytes_out"].as_u64() > Some(0)), "{job}");
+        assert!(network.iter().all(|h| h["bytes_in"].as_u64() > Some(0)), "{job}");
+    }
+
+    let (http, https) = (s.up.url("http", "/echo?from=py"), s.up.url("https", "/echo?from=py"));
+    let python = format!(
+        "from pyodide.http import pyfetch\n\
+         import js, json\n\
+         r = await pyfetch('{http}', method='POST', body='from python')\n\
+         print(r.status, (await r.json())['body'])\n\
+         r = await js.fetch('{https}')\n\
+         print(r.status, json.loads(await r.text())['scheme'])"
+    );
+    for lane in [true, false] {
+        let job = s.run_as(ALICE, json!({ "language": "python", "code": python, "shared_runtime": lane })).await;
+        assert_eq!(stdout(&job), "200 from python\n200 https\n", "{job}");
+        assert_eq!(job["network"].as_array().map(Vec::len), Some(2), "{job}");
+    }
+
+    // A session, in each language: its execs reach the same hosts.
+    for (language, code) in [
+        ("python", format!("from pyodide.http import pyfetch\nprint((await pyfetch('{http}')).status)")),
+        ("javascript", format!("console.log((await fetch('{https}')).status)")),
+    ] {
+        let session: Value = s
+            .api
+            .http
+            .post(s.api.url("/v1/sessions"))
+            .bearer_auth(ALICE)
+            .json(&json!({ "language": language }))
+            .send()
+            .await
+            .expect("open")
+            .json()
+            .await
+            .expect("json");
+        let id = session["id"].as_str().expect("session id");
+        let exec: Value = s
+            .api
+            .http
+            .post(s.api.url(&format!("/v1/sessions/{id}/exec?wait=60")))
+            .bearer_auth(ALICE)
+            .json(&json!({ "code": code }))
+            .send()
+            .await
+            .expect("exec")
+            .json()
+            .await
+            .expect("json");
+        assert_eq!(stdout(&exec), "200\n", "{language}: {exec}");
+        assert_eq!(exec["network"][0]["requests"], 1, "{exec}");
+    }
+
+    let runtimes: Value = s
+        .api
+        .http
+        .get(s.api.url("/v1/runtimes"))
+        .bearer_auth(ALICE)
+        .send()
+        .await
+        .expect("runtimes")
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(runtimes["egress"]["rules"][0], format!("127.0.0.1:{}", s.up.http));
+    assert_eq!(runtimes["egress"]["secrets"][0]["placeholder"], PLACEHOLDER);
+    assert!(!runtimes.to_string().contains(SECRET));
+}
+
+#[tokio::test]
+async fn what_the_rules_do_not_name_is_refused() {
+    let s = EgressStack::start(&[]).await;
+    let unlisted_port = free_port();
+    let cases = [
+        (format!("http://127.0.0.1:{unlisted_port}/echo"), format!("127.0.0.1:{unlisted_port} is not in")),
+        ("http://unlisted.example/echo".to_owned(), "unlisted.example:80 is not in".to_owned()),
+        (format!("http://localhost:{}/echo", s.up.http), "localhost resolves to".to_owned()),
+        (
+            s.up.url("http", &format!("/redirect?to=http://127.0.0.2:{}/echo", s.up.http)),
+            format!("a redirect to 127.0.0.2:{} left", s.up.http),
+        ),
+        ("file:///etc/passwd".to_owned(), "only http and https".to_owned()),
+    ];
+    let urls: Vec<&str> = cases.iter().map(|(url, _)| url.as_str()).collect();
+    let code = format!(
+        "for (const url of {urls:?}) {{\n\
+           try {{ await fetch(url); console.log('reached', url); }} catch (e) {{ console.log(String(e)); }}\n\
+         }}\n\
+         for (const attempt of [\n\
+           () => Deno.connect({{ hostname: '127.0.0.1', port: {port} }}),\n\
+           () => Deno.resolveDns('localhost', 'A'),\n\
+           () => new Promise((ok, fail) => {{ const ws = new WebSocket('ws://127.0.0.1:{port}/'); ws.onopen = ok; ws.onerror = () => fail(new Error('websocket refused')); }}),\n\
+         ]) {{\n\
+           try {{ await attempt(); console.log('reached raw'); }} catch (e) {{ console.log(String(e)); }}\n\
+         }}",
+        port = s.up.http
+    );
+    let before = s.up.received().len();
+    let job = s.run("javascript", &code).await;
+    let lines: Vec<&str> = stdout(&job).lines().collect();
+    assert_eq!(lines.len(), cases.len() + 3, "{job}");
+    for ((_, expected), line) in cases.iter().zip(&lines) {
+        assert!(line.contains(expected) && line.starts_with("TypeError: runbox egress"), "{line:?} lacks {expected:?}");
+    }
+    assert!(lines[2].contains("loopback"), "{}", lines[2]);
+    assert!(lines[cases.len()].contains("Requires net access"), "raw TCP: {}", lines[cases.len()]);
+    assert!(lines[cases.len() + 1].contains("Requires net access"), "DNS: {}", lines[cases.len() + 1]);
+    assert!(!lines.iter().any(|line| line.starts_with("reached")), "{job}");
+    // Only the redirect's first hop reached an upstream.
+    let received = s.up.received();
+    assert_eq!(received.len() - before, 1, "{received:?}");
+    assert!(received[before]["path"].as_str().is_some_and(|p| p.starts_with("/redirect")));
+
+    let python = format!(
+        "from pyodide.http import pyfetch\n\
+         try:\n    await pyfetch('http://127.0.0.1:{unlisted_port}/')\n\
+         except Exception as e:\n    print(type(e).__name__, 'is not in' in str(e))"
+    );
+    assert_eq!(stdout(&s.run("python", &python).await), "AbortError True\n");
+}
+
+#[tokio::test]
+async fn a_token_without_rules_reaches_nothing() {
+    let s = EgressStack::start(&[]).await;
+    let url = s.up.url("http", "/echo");
+    let js = format!("try {{ await fetch('{url}'); console.log('reached'); }} catch (e) {{ console.log(String(e)); }}");
+    for lane in [false, true] {
+        let job = s.run_as(BOB, json!({ "language": "javascript", "code": js, "shared_runtime": lane })).await;
+        assert!(stdout(&job).starts_with("NotCapable: Requires net access"), "{job}");
+        assert!(job.get("network").is_none(), "{job}");
+    }
+    // A Python job's realm has no fetch at all.
+    let python = "import js\nprint(hasattr(js, 'fetch'))\nfrom pyodide.http import pyfetch";
+    let job = s.run_as(BOB, json!({ "language": "python", "code": python })).await;
+    assert_eq!(stdout(&job), "False\n", "{job}");
+    let runtimes: Value = s
+        .api
+        .http
+        .get(s.api.url("/v1/runtimes"))
+        .bearer_auth(BOB)
+        .send()
+        .await
+        .expect("get")
+        .json()
+        .await
+        .expect("json");
+    assert!(runtimes.get("egress").is_none(), "{runtimes}");
+    assert!(s.up.received().is_empty(), "{:?}", s.up.received());
+}
+
+#[tokio::test]
+async fn a_secret_reaches_only_its_own_hosts_request_headers() {
+    let s = EgressStack::start(&[]).await;
+    let own = s.up.url("http", &format!("/echo?key={PLACEHOLDER}"));
+    let other = s.up.url("https", "/collect");
+    let code = format!(
+        "const key = '{PLACEHOLDER}';\n\
+         console.log('placeholder', key);\n\
+         const headers = {{ authorization: `Bearer ${{key}}`, 'x-copy': key }};\n\
+         const echoed = await (await fetch('{own}', {{ method: 'POST', headers, body: key }})).text();\n\
+         console.log('echoed', echoed);\n\
+         await fetch('{other}', {{ method: 'POST', headers, body: key }});\n\
+         for (const look of [() => Deno.env.toObject(), () => Deno.readTextFileSync('/proc/self/environ'), () => Deno.readDirSync('/')]) {{\n\
+           try {{ console.log(JSON.stringify(look())); }} catch (e) {{ console.error(String(e)); }}\n\
+         }}"
+    );
+    let job = s.run("javascript", &code).await;
+    assert!(stdout(&job).starts_with(&format!("placeholder {PLACEHOLDER}\necho")), "{job}");
+    // The upstream echoed the header it got: the job sees the placeholder back.
+    assert!(stdout(&job).contains(&format!("Bearer {PLACEHOLDER}")), "{job}");
+
+    let received = s.up.received();
+    let own_request = received.iter().find(|r| r["scheme"] == "http").expect("the secret's host was reached");
+    let header = |request: &Value, name: &str| {
+        request["headers"].as_array().into_iter().flatten().find(|h| h[0].as_str() == Some(name)).map(|h| h[1].clone())
+    };
+    assert_eq!(header(own_request, "authorization"), Some(json!(format!("Bearer {SECRET}"))));
+    assert_eq!(header(own_request, "x-copy"), Some(json!(SECRET)));
+    assert_eq!(own_request["body"], PLACEHOLDER, "never in a body");
+    assert!(!own_request["path"].as_str().unwrap_or_default().contains(SECRET), "never in a URL");
+    let other_request = received.iter().find(|r| r["scheme"] == "https").expect("the other host was reached");
+    assert!(!other_request.to_string().contains(SECRET), "another host got it: {other_request}");
+    assert_eq!(header(other_request, "x-copy"), Some(json!(PLACEHOLDER)));
+
+    // The value is nowhere but in those two headers.
+    let everywhere = [job.to_string(), s.api.process.logs(), s.worker.logs()];
+    for (what, text) in ["result", "api log", "worker log"].iter().zip(&everywhere) {
+        assert!(!text.contains(SECRET), "the secret is in the {what}");
+    }
+    assert_eq!(std::fs::read_to_string(s.up.path("received.jsonl")).expect("log").matches(SECRET).count(), 2);
+}
+
+#[tokio::test]
+async fn each_jobs_requests_connections_and_bytes_are_capped() {
+    let caps = [
+        ("RUNBOX_EGRESS_MAX_REQUESTS", "4"),
+        ("RUNBOX_EGRESS_MAX_CONNECTIONS", "2"),
+        ("RUNBOX_EGRESS_MAX_BYTES", "100000"),
+    ];
+    let s = EgressStack::start(&caps).await;
+    let attempt = |url: String| {
+        format!(
+            "try {{ const r = await fetch('{url}'); console.log('ok', (await r.text()).length); }} catch (e) {{ console.log(String(e)); }}"
+        )
+    };
+
+    let bytes = s.run("javascript", &attempt(s.up.url("http", "/bytes?n=150000"))).await;
+    assert!(stdout(&bytes).contains("has received its 100000 bytes"), "{bytes}");
+    let small = s.run("javascript", &attempt(s.up.url("http", "/bytes?n=50000"))).await;
+    assert_eq!(stdout(&small), "ok 50000\n", "a new job starts from nothing: {small}");
+
+    let slow = s.up.url("http", "/slow?ms=700");
+    let at_once = format!(
+        "const results = await Promise.allSettled([1, 2, 3].map(() => fetch('{slow}')));\n\
+         for (const r of results) console.log(r.status === 'fulfilled' ? 'ok' : String(r.reason));"
+    );
+    let job = s.run("javascript", &at_once).await;
+    let lines: Vec<&str> = stdout(&job).lines().collect();
+    assert_eq!(lines.iter().filter(|l| **l == "ok").count(), 2, "{job}");
+    assert!(lines.iter().any(|l| l.contains("has 2 requests open already")), "{job}");
+
+    let echo = s.up.url("http", "/echo");
+    let many = format!("for (let i = 0; i < 5; i++) {{ {} }}", attempt(echo));
+    let job = s.run("javascript", &many).await;
+    let lines: Vec<&str> = stdout(&job).lines().collect();
+    assert_eq!(lines.len(), 5, "{job}");
+    assert!(lines[..4].iter().all(|l| l.starts_with("ok")), "{job}");
+    assert!(lines[4].contains("has made its 4 requests"), "{job}");
+    assert_eq!(job["network"][0]["requests"], 4, "{job}");
+}

@@ -1,0 +1,97 @@
+#!/usr/bin/env python3
+"""The upstreams the egress tests reach: one HTTP and one HTTPS server on
+loopback, each logging every request it gets (method, path, headers,
+body) as a line of JSON, so a test can see exactly what left runbox.
+
+    upstream.py --http PORT --https PORT --cert PEM --key PEM --log FILE --files DIR
+
+Routes, on both:
+    /echo          200, the request as JSON
+    /redirect?to=U 302 to U
+    /bytes?n=N     200, N bytes of "x"
+    /slow?ms=N     200 after N ms
+    /files/...     a file under DIR (a wheel index for micropip)
+"""
+import argparse
+import json
+import os
+import ssl
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qs, urlsplit
+
+lock = threading.Lock()
+
+
+def handler(log_path, files_dir, scheme):
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def handle_any(self):
+            length = int(self.headers.get("content-length") or 0)
+            body = self.rfile.read(length) if length else b""
+            url = urlsplit(self.path)
+            query = parse_qs(url.query)
+            seen = {
+                "scheme": scheme,
+                "method": self.command,
+                "path": self.path,
+                "headers": [[k, v] for k, v in self.headers.items()],
+                "body": body.decode("utf-8", "replace"),
+            }
+            with lock, open(log_path, "a") as log:
+                log.write(json.dumps(seen) + "\n")
+            if url.path == "/redirect":
+                return self.reply(302, b"", [("location", query["to"][0])])
+            if url.path == "/bytes":
+                return self.reply(200, b"x" * int(query["n"][0]))
+            if url.path == "/slow":
+                time.sleep(int(query["ms"][0]) / 1000)
+                return self.reply(200, b"slow")
+            if url.path.startswith("/files/"):
+                path = os.path.join(files_dir, url.path[len("/files/"):])
+                if os.path.isdir(path):
+                    path = os.path.join(path, "index.html")
+                if not os.path.isfile(path):
+                    return self.reply(404, b"no such file")
+                with open(path, "rb") as f:
+                    kind = "text/html" if path.endswith(".html") else "application/octet-stream"
+                    return self.reply(200, f.read(), [("content-type", kind)])
+            return self.reply(200, json.dumps(seen).encode(), [("content-type", "application/json")])
+
+        def reply(self, status, body, headers=()):
+            self.send_response(status)
+            for name, value in headers:
+                self.send_header(name, value)
+            self.send_header("content-length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        do_GET = do_POST = do_PUT = do_DELETE = do_HEAD = handle_any
+
+        def log_message(self, *args):
+            pass
+
+    return Handler
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    for name in ["--http", "--https"]:
+        parser.add_argument(name, type=int, required=True)
+    for name in ["--cert", "--key", "--log", "--files"]:
+        parser.add_argument(name, required=True)
+    args = parser.parse_args()
+    plain = ThreadingHTTPServer(("127.0.0.1", args.http), handler(args.log, args.files, "http"))
+    secure = ThreadingHTTPServer(("127.0.0.1", args.https), handler(args.log, args.files, "https"))
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(args.cert, args.key)
+    secure.socket = context.wrap_socket(secure.socket, server_side=True)
+    threading.Thread(target=secure.serve_forever, daemon=True).start()
+    print("listening", flush=True)
+    plain.serve_forever()
+
+
+if __name__ == "__main__":
+    main()
