@@ -123,13 +123,18 @@ struct EgressStack {
 impl EgressStack {
     async fn start(caps: &[(&str, &str)]) -> EgressStack {
         let up = Upstreams::start().await;
+        let mirror = up.url("http", "/files/pyodide/");
         let rules = format!("alice=127.0.0.1:{0},127.0.0.1:{1},localhost:{0}", up.http, up.https);
         let secrets = json!({ "alice": { "API_KEY": { "host": format!("127.0.0.1:{}", up.http), "value": SECRET } } });
         std::fs::write(up.path("secrets.json"), secrets.to_string()).expect("secrets file");
         let (secrets, ca) = (up.path("secrets.json"), up.path("ca.pem"));
         let redis = Redis::start().await;
         let api = Api::start(&redis, &[("RUNBOX_EGRESS", &rules), ("RUNBOX_EGRESS_SECRETS_FILE", &secrets)]).await;
-        let mut env = vec![("RUNBOX_EGRESS_SECRETS_FILE", secrets.as_str()), ("RUNBOX_EGRESS_CA_FILE", ca.as_str())];
+        let mut env = vec![
+            ("RUNBOX_EGRESS_SECRETS_FILE", secrets.as_str()),
+            ("RUNBOX_EGRESS_CA_FILE", ca.as_str()),
+            ("RUNBOX_PYODIDE_PACKAGES_URL", mirror.as_str()),
+        ];
         env.extend_from_slice(caps);
         let worker = start_worker(&redis, &env).await;
         EgressStack { api, worker, up, _redis: redis }
@@ -406,4 +411,65 @@ async fn each_jobs_requests_connections_and_bytes_are_capped() {
     assert!(lines[..4].iter().all(|l| l.starts_with("ok")), "{job}");
     assert!(lines[4].contains("has made its 4 requests"), "{job}");
     assert_eq!(job["network"][0]["requests"], 4, "{job}");
+}
+
+#[tokio::test]
+async fn python_packages_install_from_an_index_the_rules_allow() {
+    let s = EgressStack::start(&[]).await;
+    let index = s.up.url("http", "/files/simple/");
+    let wheel = s.up.url("http", "/files/simple/runbox-egress-probe/runbox_egress_probe-1.0-py3-none-any.whl");
+    let install = format!(
+        "import micropip\n\
+         await micropip.install('runbox-egress-probe', index_urls=['{index}'])\n\
+         import runbox_egress_probe\n\
+         print(runbox_egress_probe.VALUE)"
+    );
+    for lane in [true, false] {
+        let job = s.run_as(ALICE, json!({ "language": "python", "code": install, "shared_runtime": lane })).await;
+        assert_eq!(stdout(&job), "42\n", "{job}");
+        assert_eq!(job["network"][0]["requests"], 2, "the index, then the wheel: {job}");
+    }
+    let load = format!(
+        "import pyodide_js\n\
+         await pyodide_js.loadPackage('{wheel}')\n\
+         import runbox_egress_probe\n\
+         print(runbox_egress_probe.VALUE)\n\
+         await pyodide_js.loadPackage('micropip')"
+    );
+    let job = s.run("python", &load).await;
+    assert!(stdout(&job).contains("42\n"), "{job}");
+    // Pyodide's own packages come from the mirror, checked against its lock file's hash.
+    assert!(job["stderr"].as_str().is_some_and(|e| e.contains("does not match its integrity")), "{job}");
+
+    // The same index, from a session.
+    let session: Value = s
+        .api
+        .http
+        .post(s.api.url("/v1/sessions"))
+        .bearer_auth(ALICE)
+        .json(&json!({ "language": "python" }))
+        .send()
+        .await
+        .expect("open")
+        .json()
+        .await
+        .expect("json");
+    let exec: Value = s
+        .api
+        .http
+        .post(s.api.url(&format!("/v1/sessions/{}/exec?wait=60", session["id"].as_str().expect("id"))))
+        .bearer_auth(ALICE)
+        .json(&json!({ "code": install }))
+        .send()
+        .await
+        .expect("exec")
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(stdout(&exec), "42\n", "{exec}");
+
+    // Bob's jobs have micropip, and it reaches nothing.
+    let job = s.run_as(BOB, json!({ "language": "python", "code": install })).await;
+    assert_eq!(job["exit_code"], 1, "{job}");
+    assert!(!stdout(&job).contains("42"), "{job}");
 }

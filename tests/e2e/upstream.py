@@ -10,14 +10,23 @@ Routes, on both:
     /redirect?to=U 302 to U
     /bytes?n=N     200, N bytes of "x"
     /slow?ms=N     200 after N ms
-    /files/...     a file under DIR (a wheel index for micropip)
+    /files/...     a file under DIR
+
+It also puts a package index in DIR, at /files/simple/: one pure-Python
+wheel, runbox-egress-probe 1.0, whose module says `VALUE = 42`; and at
+/files/pyodide/ a mirror of Pyodide's packages whose one file, micropip's,
+does not hash to what Pyodide's lock file says.
 """
 import argparse
+import base64
+import hashlib
+import io
 import json
 import os
 import ssl
 import threading
 import time
+import zipfile
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
@@ -76,6 +85,37 @@ def handler(log_path, files_dir, scheme):
     return Handler
 
 
+def write_index(files_dir):
+    """A PEP 503 simple index of one wheel (micropip reads it)."""
+    name, module = "runbox_egress_probe-1.0", "runbox_egress_probe"
+    members = {
+        f"{module}/__init__.py": b"VALUE = 42\n",
+        f"{name}.dist-info/METADATA": b"Metadata-Version: 2.1\nName: runbox-egress-probe\nVersion: 1.0\n",
+        f"{name}.dist-info/WHEEL": b"Wheel-Version: 1.0\nGenerator: upstream.py\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+    }
+    record = []
+    for path, data in members.items():
+        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+        record.append(f"{path},sha256={digest},{len(data)}")
+    record.append(f"{name}.dist-info/RECORD,,")
+    members[f"{name}.dist-info/RECORD"] = ("\n".join(record) + "\n").encode()
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as wheel:
+        for path, data in members.items():
+            wheel.writestr(path, data)
+    wheel_name = f"{name}-py3-none-any.whl"
+    package_dir = os.path.join(files_dir, "simple", "runbox-egress-probe")
+    os.makedirs(package_dir, exist_ok=True)
+    with open(os.path.join(package_dir, wheel_name), "wb") as f:
+        f.write(buffer.getvalue())
+    sha = hashlib.sha256(buffer.getvalue()).hexdigest()
+    with open(os.path.join(package_dir, "index.html"), "w") as f:
+        f.write(f'<html><body><a href="{wheel_name}#sha256={sha}">{wheel_name}</a></body></html>\n')
+    os.makedirs(os.path.join(files_dir, "pyodide"), exist_ok=True)
+    with open(os.path.join(files_dir, "pyodide", "micropip-0.11.1-py3-none-any.whl"), "wb") as f:
+        f.write(b"not the wheel Pyodide's lock file pins")
+
+
 def main():
     parser = argparse.ArgumentParser()
     for name in ["--http", "--https"]:
@@ -83,6 +123,7 @@ def main():
     for name in ["--cert", "--key", "--log", "--files"]:
         parser.add_argument(name, required=True)
     args = parser.parse_args()
+    write_index(args.files)
     plain = ThreadingHTTPServer(("127.0.0.1", args.http), handler(args.log, args.files, "http"))
     secure = ThreadingHTTPServer(("127.0.0.1", args.https), handler(args.log, args.files, "https"))
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)

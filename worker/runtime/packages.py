@@ -107,6 +107,18 @@ def fetch(args):
                         continue
                     seen.add(name)
                     out.writestr(name, wheel.read(info.filename))
+        # zipimport finds no namespace package (a directory of modules
+        # without __init__.py, as micropip's `_vendored`): each gets an
+        # empty one, which makes it a regular package.
+        for name in sorted(seen):
+            if not name.endswith(".py") or ".dist-info/" in name:
+                continue
+            parts = name.split("/")[:-1]
+            for depth in range(1, len(parts) + 1):
+                init = "/".join(parts[:depth]) + "/__init__.py"
+                if init not in seen:
+                    seen.add(init)
+                    out.writestr(init, b"")
     listing = [{"name": e["name"], "version": e["version"]} for e in entries]
     with open(os.path.join(os.path.dirname(os.path.abspath(args.out)), "packages.json"), "w") as f:
         json.dump(listing, f, indent=1)

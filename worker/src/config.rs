@@ -15,6 +15,9 @@ pub struct SandboxConfig {
     /// `RUNBOX_WORK_DIR`: where each job's private directory is made.
     pub work_dir: PathBuf,
     pub limits: Limits,
+    /// `RUNBOX_PYODIDE_PACKAGES_URL`: a mirror of Pyodide's packages, in
+    /// place of its CDN.
+    pub pyodide_packages_url: Option<String>,
     /// The egress proxy's caps (`RUNBOX_EGRESS_MAX_*`), secrets
     /// (`RUNBOX_EGRESS_SECRETS_FILE`) and extra roots (`RUNBOX_EGRESS_CA_FILE`).
     pub egress: EgressConfig,
@@ -39,6 +42,7 @@ impl SandboxConfig {
             runtime_dir: env_or("RUNBOX_RUNTIME_DIR", PathBuf::from(DEFAULT_RUNTIME_DIR))?,
             work_dir: env_or("RUNBOX_WORK_DIR", std::env::temp_dir())?,
             limits,
+            pyodide_packages_url: std::env::var("RUNBOX_PYODIDE_PACKAGES_URL").ok().filter(|url| !url.is_empty()),
             egress: EgressConfig::from_env()?,
         })
     }

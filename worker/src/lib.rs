@@ -56,7 +56,10 @@ pub enum WorkerError {
 
 /// Builds a sandbox from `config`, probing which isolation layers work here.
 pub async fn sandbox(config: &SandboxConfig) -> Result<Sandbox, SandboxError> {
-    let runtime = sandbox::Runtime::locate(&config.runtime_dir)?;
+    let mut runtime = sandbox::Runtime::locate(&config.runtime_dir)?;
+    if let Some(url) = &config.pyodide_packages_url {
+        runtime.packages_url = format!("{}/", url.trim_end_matches('/'));
+    }
     if runtime.snapshot.is_none() {
         tracing::warn!(
             path = %runtime.dir.join(sandbox::SNAPSHOT_FILE).display(),

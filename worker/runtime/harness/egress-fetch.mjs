@@ -23,6 +23,7 @@ export function egressFetch(send) {
       url: request.url,
       headers: [...request.headers],
       redirect: request.redirect,
+      integrity: request.integrity,
     };
     const aborted = new Promise((_, reject) => {
       signal.addEventListener("abort", () => reject(signal.reason), { once: true });

@@ -51,6 +51,7 @@ class Egress {
         url: String(meta.url),
         headers: meta.headers.map(([name, value]) => [String(name), String(value)]),
         redirect: String(meta.redirect ?? "follow"),
+        integrity: String(meta.integrity ?? ""),
         body: body.length,
       })}\n`,
     );
@@ -140,6 +141,7 @@ export function servePort(port, egress) {
         url: String(data.meta.url),
         headers: Array.from(data.meta.headers, ([name, value]) => [String(name), String(value)]),
         redirect: String(data.meta.redirect ?? "follow"),
+        integrity: String(data.meta.integrity ?? ""),
       };
       body = data.body instanceof Uint8Array ? data.body : new Uint8Array(0);
     } catch {

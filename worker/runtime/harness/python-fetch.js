@@ -152,6 +152,7 @@
         this.headers.set("content-type", "text/plain;charset=UTF-8");
       }
       this.redirect = String(init.redirect ?? from?.redirect ?? "follow");
+      this.integrity = String(init.integrity ?? from?.integrity ?? "");
       this.signal = init.signal ?? from?.signal ?? new AbortSignal();
     }
     clone() {
@@ -181,7 +182,13 @@
     const request = new Request(input, init);
     request.signal.throwIfAborted();
     const body = new Uint8Array(await request.arrayBuffer());
-    const meta = { method: request.method, url: request.url, headers: [...request.headers], redirect: request.redirect };
+    const meta = {
+      method: request.method,
+      url: request.url,
+      headers: [...request.headers],
+      redirect: request.redirect,
+      integrity: request.integrity,
+    };
     const aborted = new Promise((_, reject) => {
       request.signal.addEventListener("abort", () => reject(request.signal.reason));
     });
@@ -197,5 +204,21 @@
     });
   }
 
-  Object.assign(realm, { fetch, Headers, Request, Response, AbortController, AbortSignal });
+  // Pyodide turns a package's sha256 into integrity metadata with btoa.
+  const ALPHABET = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  function btoa(binary) {
+    const text = String(binary);
+    let out = "";
+    for (let at = 0; at < text.length; at += 3) {
+      const [a, b, c] = [text.charCodeAt(at), text.charCodeAt(at + 1), text.charCodeAt(at + 2)];
+      if (a > 255 || b > 255 || c > 255) throw new Error("btoa: a character past Latin-1");
+      const n = (a << 16) | ((b || 0) << 8) | (c || 0);
+      const left = text.length - at;
+      out += ALPHABET[n >> 18] + ALPHABET[(n >> 12) & 63] + (left > 1 ? ALPHABET[(n >> 6) & 63] : "=") +
+        (left > 2 ? ALPHABET[n & 63] : "=");
+    }
+    return out;
+  }
+
+  Object.assign(realm, { fetch, Headers, Request, Response, AbortController, AbortSignal, btoa });
 });

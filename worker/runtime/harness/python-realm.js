@@ -176,7 +176,7 @@
    * header and JSON, which Pyodide reads; `size` the whole snapshot's;
    * `packagesZip` where the runtime's packages go, on sys.path).
    */
-  async function boot({ memoryMb, lock, header, size, runner, packagesZip, tableLayout }) {
+  async function boot({ memoryMb, lock, header, size, runner, packagesZip, tableLayout, packagesUrl }) {
     capWasmMemory(memoryMb);
     const wasm = WebAssembly;
     const original = wasm.instantiate;
@@ -213,6 +213,7 @@
     try {
       pyodide = await realm.loadPyodide({
         indexURL: "/pyodide/",
+        packageBaseUrl: packagesUrl || undefined,
         lockFileContents: lock,
         ...(size > 0 ? { _loadSnapshot: snapshot } : {}),
         stdout: realm.print,

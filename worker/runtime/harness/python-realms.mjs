@@ -72,6 +72,22 @@ const PATCHES = [
   },
   {
     file: "pyodide.asm.js",
+    // In a shell, Pyodide loads packages by path only. A URL is fetched
+    // with the realm's `fetch`, which only a job with egress rules has
+    // (python-fetch.js); the proxy checks the package's hash.
+    find: /function (\w+)\((\w),(\w)\)\{if\(\2\.startsWith\("file:\/\/"\)&&\(\2=\2\.slice\(7\)\),\2\.includes\(":\/\/"\)\)throw new Error\("Shell cannot fetch urls"\);/,
+    replace:
+      'function $1($2,$3){if($2.startsWith("file://")&&($2=$2.slice(7)),$2.includes("://"))return{response:fetch($2,$3?{integrity:$3}:{})};',
+  },
+  {
+    file: "pyodide.asm.js",
+    // ... and a package's file name is resolved against packageBaseUrl
+    // (in a shell Pyodide takes the name as it is, a path).
+    find: /d\.IN_SHELL\?(\w+)=a\(t=>t,"resolvePath"\)/,
+    replace: 'd.IN_SHELL?$1=a((t,e)=>e&&e.includes("://")&&!t.includes("://")?e+t:t,"resolvePath")',
+  },
+  {
+    file: "pyodide.asm.js",
     // In a shell, Emscripten draws entropy through d8's os.system; the
     // realm's crypto.getRandomValues (the harness's, by copy) serves instead.
     find: /if\(ENVIRONMENT_IS_SHELL\)\{return view=>\{if\(!os\.system\)/,
@@ -352,13 +368,13 @@ export class PythonRealm {
   #memory = null;
 
   /** Builds a realm from `assets` (see prepareRealms); `memoryMb` caps its wasm memory. */
-  static async boot(assets, memoryMb, runner) {
+  static async boot(assets, memoryMb, runner, packagesUrl = "") {
     const realm = new PythonRealm();
-    await realm.#boot(assets, memoryMb, runner);
+    await realm.#boot(assets, memoryMb, runner, packagesUrl);
     return realm;
   }
 
-  async #boot(assets, memoryMb, runner) {
+  async #boot(assets, memoryMb, runner, packagesUrl) {
     const context = vm.createContext(vm.constants.DONT_CONTEXTIFY);
     this.#gone = new WeakRef(context);
     // Taken before any script runs in the realm, so nothing can have changed it.
@@ -428,6 +444,7 @@ export class PythonRealm {
       runner,
       packagesZip: PACKAGES_ZIP,
       tableLayout: assets.tableLayout,
+      packagesUrl: String(packagesUrl),
     });
   }
 
@@ -487,6 +504,7 @@ export class PythonRealm {
       url: String(meta.url),
       headers: Array.from(meta.headers ?? [], ([name, value]) => [String(name), String(value)]),
       redirect: String(meta.redirect ?? "follow"),
+      integrity: String(meta.integrity ?? ""),
     };
     const id = this.#nextRequest++;
     const answered = (answer, bytes) => {

@@ -1,7 +1,11 @@
 // Harness for Python jobs: Pyodide (CPython on WebAssembly) inside Deno.
 //
-// Usage: python.mjs <pyodide-dir> <memory-snapshot|-> <memory-mb> [egress=<socket>]
-//        python.mjs <pyodide-dir> <memory-snapshot|-> <memory-mb> shared|session <frames> <results> [egress=<socket>]
+// Usage: python.mjs <pyodide-dir> <memory-snapshot|-> <memory-mb> packages=<url> [egress=<socket>]
+//        python.mjs <pyodide-dir> <memory-snapshot|-> <memory-mb> packages=<url> shared|session <frames> <results> [egress=<socket>]
+//
+// `packages=<url>` is where Pyodide's own packages are loaded from
+// (`pyodide_js.loadPackage`), through the egress proxy: only a job whose
+// token's rules name that host can load one.
 //
 // This realm is the harness's: it holds the frames, their nonces and the
 // channel to the runner (see protocol.mjs). No program ever runs in it.
@@ -49,9 +53,11 @@ import {
   writeError,
 } from "./protocol.mjs";
 
-const egressPath = Deno.args.find((arg) => arg.startsWith("egress="))?.slice("egress=".length);
+const named = (name) => Deno.args.find((arg) => arg.startsWith(`${name}=`))?.slice(name.length + 1);
+const egressPath = named("egress");
+const packagesUrl = named("packages") ?? "";
 const [pyodideDir, snapshotPath, memoryMb, mode, framesPath, resultsPath] = Deno.args.filter(
-  (arg) => !arg.startsWith("egress="),
+  (arg) => !/^(egress|packages)=/.test(arg),
 );
 // Taken before any job runs (see `collected`).
 const cpuUsage = process.cpuUsage.bind(process);
@@ -165,7 +171,7 @@ function resultOf(reply) {
 
 /** A new job realm (see python-realms.mjs). */
 function newRealm(assets) {
-  return PythonRealm.boot(assets, Number(memoryMb), runner);
+  return PythonRealm.boot(assets, Number(memoryMb), runner, packagesUrl);
 }
 
 /**

@@ -42,6 +42,10 @@ pub(super) struct Request {
     pub headers: Vec<(String, String)>,
     #[serde(default)]
     pub redirect: Redirect,
+    /// Subresource integrity (`sha256-<base64>`, as Pyodide asks for its
+    /// packages): the body must hash to it. Empty: none.
+    #[serde(default)]
+    pub integrity: String,
 }
 
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -228,9 +232,31 @@ pub(super) async fn fetch(
             job.spend(&key, chunk.len() as u64, false)?;
             bytes.extend_from_slice(&chunk);
         }
+        check_integrity(&request.integrity, &bytes)?;
         return Ok((answer, scrub(bytes, &used)));
     }
     Err(format!("more than {MAX_REDIRECTS} redirects"))
+}
+
+/// Checks `bytes` against subresource integrity metadata: each of its
+/// space-separated hashes this proxy knows (SHA-256, -384, -512) must match.
+fn check_integrity(integrity: &str, bytes: &[u8]) -> Result<(), String> {
+    use base64::Engine;
+    use sha2::Digest;
+    for expected in integrity.split_whitespace() {
+        let (algorithm, value) = expected.split_once('-').unwrap_or((expected, ""));
+        let value = value.split('?').next().unwrap_or_default();
+        let actual = match algorithm {
+            "sha256" => sha2::Sha256::digest(bytes).to_vec(),
+            "sha384" => sha2::Sha384::digest(bytes).to_vec(),
+            "sha512" => sha2::Sha512::digest(bytes).to_vec(),
+            _ => return Err(format!("integrity {expected:?}: an unknown hash")),
+        };
+        if base64::engine::general_purpose::STANDARD.encode(actual) != value {
+            return Err(format!("the response does not match its integrity {expected:?}"));
+        }
+    }
+    Ok(())
 }
 
 /// The host (an IP address without brackets) and port a URL goes to.
@@ -354,6 +380,15 @@ mod tests {
         assert_eq!(scrub(b"a s3cret and s3cret".to_vec(), &used), b"a {{secret:K}} and {{secret:K}}");
         assert_eq!(scrub(b"nothing".to_vec(), &used), b"nothing");
         assert_eq!(scrub_text("Bearer s3cret", &used), "Bearer {{secret:K}}");
+    }
+
+    #[test]
+    fn integrity_is_checked() {
+        let sha = "sha256-LCa0a2j/xo/5m0U8HTBBNBNCLXBkg7+g+YpeiGJm564="; // "foo"
+        assert!(check_integrity(sha, b"foo").is_ok());
+        assert!(check_integrity(sha, b"bar").is_err());
+        assert!(check_integrity("", b"anything").is_ok());
+        assert!(check_integrity("md5-abc", b"foo").is_err());
     }
 
     #[test]

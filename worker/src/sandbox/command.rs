@@ -182,6 +182,7 @@ pub fn deno_command(
             args.push(runtime.pyodide_dir.clone().into());
             args.push(runtime.snapshot.as_ref().map_or_else(|| "-".into(), |s| s.clone().into_os_string()));
             args.push(limits.memory_mb.to_string().into());
+            args.push(format!("packages={}", runtime.packages_url).into());
             args.extend(channel_args);
         }
     }

@@ -19,6 +19,10 @@ pub struct Runtime {
     pub snapshot: Option<PathBuf>,
     /// The runtime directory itself.
     pub dir: PathBuf,
+    /// Where `pyodide_js.loadPackage` (and micropip, for a package of
+    /// Pyodide's own) fetches Pyodide's packages from, through the egress
+    /// proxy: Pyodide's CDN for this version, or `RUNBOX_PYODIDE_PACKAGES_URL`.
+    pub packages_url: String,
 }
 
 /// Where the runtime lives when `RUNBOX_RUNTIME_DIR` is not set: the source
@@ -40,6 +44,7 @@ impl Runtime {
             pyodide_dir: dir.join("pyodide"),
             snapshot: Some(dir.join(SNAPSHOT_FILE)).filter(|p| p.is_file()),
             dir,
+            packages_url: String::new(),
         };
         for path in [&runtime.deno, &runtime.js_harness, &runtime.python_harness, &runtime.pyodide_dir] {
             if !path.exists() {
@@ -50,7 +55,8 @@ impl Runtime {
                 )));
             }
         }
-        Ok(runtime)
+        let version = runtime.pyodide_version().unwrap_or_default();
+        Ok(Runtime { packages_url: format!("https://cdn.jsdelivr.net/pyodide/v{version}/full/"), ..runtime })
     }
 
     /// The pinned Pyodide version, from its package.json.

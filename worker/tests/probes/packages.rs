@@ -120,27 +120,32 @@ async fn no_package_can_be_fetched_at_run_time() {
     let listener = Listener::open();
     let code = format!(
         r#"
-import pyodide_js
-for name in ["micropip", "numpy"]:
-    try:
-        await pyodide_js.loadPackage(name)
-    except Exception as e:
-        print("refused", type(e).__name__)
-for name in ["micropip", "numpy"]:
+import pyodide_js, micropip
+# loadPackage reports a failure on stderr and returns; the import tells.
+await pyodide_js.loadPackage(["numpy", "pandas", "http://127.0.0.1:{port}/evil-1.0-py3-none-any.whl"])
+for name in ["numpy", "pandas", "evil"]:
     try:
         __import__(name)
         print("IMPORTED", name)
     except ImportError:
         print("absent", name)
-try:
-    await pyodide_js.loadPackage("http://127.0.0.1:{}/evil-1.0-py3-none-any.whl")
-except Exception as e:
-    print("refused", type(e).__name__)
+for install in [
+    lambda: micropip.install("evil", index_urls=["http://127.0.0.1:{port}/simple/"]),
+    lambda: micropip.install("http://127.0.0.1:{port}/evil-1.0-py3-none-any.whl"),
+]:
+    try:
+        await install()
+        print("INSTALLED")
+    except Exception as e:
+        print("refused", type(e).__name__)
 "#,
-        listener.port
+        port = listener.port
     );
     let outcome = run(Py, &code).await;
-    assert!(!outcome.stdout.contains("IMPORTED"), "{outcome:#?}");
-    assert!(outcome.stdout.contains("absent micropip") && outcome.stdout.contains("absent numpy"), "{outcome:#?}");
+    assert!(!outcome.stdout.contains("IMPORTED") && !outcome.stdout.contains("INSTALLED"), "{outcome:#?}");
+    for name in ["numpy", "pandas", "evil"] {
+        assert!(outcome.stdout.contains(&format!("absent {name}")), "{outcome:#?}");
+    }
+    assert_eq!(outcome.stdout.matches("refused").count(), 2, "{outcome:#?}");
     listener.assert_untouched();
 }
