@@ -39,7 +39,7 @@ use rmcp::model::{
 use rmcp::transport::streamable_http_server::session::never::NeverSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use rmcp::{ErrorData, Peer, RoleServer, tool, tool_handler, tool_router};
-use runbox_common::{JobRecord, Status, UnknownLanguage, now_rfc3339};
+use runbox_common::{EgressGrant, JobRecord, Status, UnknownLanguage, now_rfc3339};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -100,7 +100,56 @@ pub(crate) struct McpServer {
     name = "runbox",
     instructions = "runbox runs Python, JavaScript and TypeScript programs in a sandbox without network access. Call run_code with the whole program; nothing persists between its calls. To keep variables, imports and files across calls (load data once, then query it), create_session, then run_in_session as often as needed, and destroy_session when done."
 )]
-impl rmcp::ServerHandler for McpServer {}
+impl rmcp::ServerHandler for McpServer {
+    /// The tools, with `run_code`'s description saying what the calling
+    /// token may reach: the operator's egress rules differ per token, so
+    /// the list is the caller's own and may be cached only by its client.
+    async fn list_tools(
+        &self,
+        _request: Option<rmcp::model::PaginatedRequestParams>,
+        context: rmcp::service::RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::ListToolsResult, ErrorData> {
+        let supports_cache_hints =
+            context.protocol_version().is_some_and(|version| version >= rmcp::model::ProtocolVersion::V_2026_07_28);
+        let caller = context.extensions.get::<Parts>().map(caller).transpose()?;
+        let grant = caller.and_then(|caller| self.state.config.egress.grant(&caller.0));
+        let mut tools = self.tools.list_all();
+        for tool in &mut tools {
+            if tool.name == "run_code" {
+                let description = tool.description.as_deref().unwrap_or_default();
+                tool.description = Some(with_egress(description, grant.as_ref()).into());
+            }
+        }
+        Ok(rmcp::model::ListToolsResult {
+            result_type: Some(rmcp::model::ResultType::COMPLETE),
+            tools,
+            meta: None,
+            next_cursor: None,
+            ttl_ms: supports_cache_hints.then_some(0),
+            cache_scope: supports_cache_hints.then_some(rmcp::model::CacheScope::Private),
+        })
+    }
+}
+
+/// `description` with what a token with egress rules may reach (`grant`):
+/// the hosts, and the placeholders of its secrets. Unchanged without.
+fn with_egress(description: &str, grant: Option<&EgressGrant>) -> String {
+    let Some(grant) = grant else { return description.to_owned() };
+    let mut network = format!(
+        "Network, for this token only: fetch (JavaScript) and pyodide.http.pyfetch or js.fetch (Python, with \
+         top-level await) reach these hosts and no others, through runbox's proxy: {}. No port means 80 and \
+         443. Sockets and DNS stay unavailable. micropip.install works from an index on those hosts.",
+        grant.rules.join(", ")
+    );
+    for secret in &grant.secrets {
+        network.push_str(&format!(
+            " Secret {}: write {} in a request header to {}; runbox puts the real value there on the way out \
+             (you never see it).",
+            secret.name, secret.placeholder, secret.host
+        ));
+    }
+    format!("{description}\n\n{network}")
+}
 
 /// What `run_code` takes: a job's program, fewer fields. A bad argument
 /// gets the same message as on `/v1/jobs`, as a tool error the model can
@@ -585,8 +634,8 @@ fn run_code_description(limits: &ApiLimits) -> String {
          compiled packages. JavaScript and TypeScript run in Deno with its built-in APIs only; there are no npm \
          packages.\n\
          \n\
-         It cannot: reach the network (fetch, sockets and imports from URLs fail), install packages (no pip, \
-         micropip or npm), start subprocesses, read environment variables or the host's files. Nothing persists \
+         It cannot (unless a network paragraph below says otherwise): reach the network (fetch, sockets and \
+         imports from URLs fail), install packages (no pip, micropip or npm), start subprocesses, read environment variables or the host's files. Nothing persists \
          between run_code calls: each call starts from nothing, so send the whole program, with every \
          definition and import it needs, each time. State lasts only inside a session (create_session).\n\
          \n\

@@ -156,6 +156,16 @@ impl EgressStack {
         job
     }
 
+    /// MCP `tools/list` as `token`: the raw answer.
+    async fn mcp_tools(&self, token: &str) -> String {
+        let body = json!({ "jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {} });
+        let request = self.api.http.post(self.api.url("/mcp")).bearer_auth(token);
+        let request = request
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", "2025-11-25");
+        request.json(&body).send().await.expect("tools/list").text().await.expect("text")
+    }
+
     async fn run(&self, language: &str, code: &str) -> Value {
         self.run_as(ALICE, json!({ "language": language, "code": code })).await
     }
@@ -249,6 +259,13 @@ async fn allowed_hosts_are_reached_from_js_and_python_over_http_and_https() {
     assert_eq!(runtimes["egress"]["rules"][0], format!("127.0.0.1:{}", s.up.http));
     assert_eq!(runtimes["egress"]["secrets"][0]["placeholder"], PLACEHOLDER);
     assert!(!runtimes.to_string().contains(SECRET));
+
+    // MCP's run_code tells each token what it may reach.
+    let alice = s.mcp_tools(ALICE).await;
+    assert!(alice.contains("Network, for this token only") && alice.contains(PLACEHOLDER), "{alice}");
+    assert!(alice.contains(&format!("127.0.0.1:{}", s.up.https)) && !alice.contains(SECRET), "{alice}");
+    let bob = s.mcp_tools(BOB).await;
+    assert!(bob.contains("run_code") && !bob.contains("Network, for this token only"), "{bob}");
 }
 
 #[tokio::test]

@@ -74,6 +74,7 @@ pub(super) struct JobEgress {
     pub secrets: Vec<(String, Secret)>,
     pub usage: Mutex<Usage>,
     pub limits: EgressLimits,
+    pub span: tracing::Span,
 }
 
 /// What a job has used of the proxy, per host.
@@ -147,8 +148,32 @@ impl JobEgress {
     }
 }
 
-/// Runs `request` for `job`: see the module header of `egress`.
+/// Runs `request` for `job` (see the module header of `egress`), and logs
+/// it: the method, the host and port, and the status and bytes or why it
+/// was refused; never a path, query, header or body, which may be secret.
 pub(super) async fn fetch(
+    client: &reqwest::Client,
+    job: &JobEgress,
+    request: Request,
+    body: Vec<u8>,
+) -> Result<(Response, Vec<u8>), String> {
+    let method = request.method.clone();
+    let host = Url::parse(&request.url)
+        .ok()
+        .and_then(|url| Some(format!("{}:{}", url.host_str()?, url.port_or_known_default()?)));
+    let host = host.unwrap_or_else(|| "(no host)".to_owned());
+    let result = run(client, job, request, body).await;
+    let token = &job.egress.token;
+    match &result {
+        Ok((answer, bytes)) => {
+            tracing::info!(%token, %method, %host, status = answer.status, bytes_in = bytes.len(), "egress request")
+        }
+        Err(why) => tracing::info!(%token, %method, %host, refused = %why, "egress request refused"),
+    }
+    result
+}
+
+async fn run(
     client: &reqwest::Client,
     job: &JobEgress,
     request: Request,
@@ -187,7 +212,7 @@ pub(super) async fn fetch(
             builder = builder.body(bytes.clone());
         }
         job.spend(&key, out as u64, true)?;
-        let response = builder.send().await.map_err(|e| describe(&e))?;
+        let response = builder.send().await.map_err(describe)?;
         let header_bytes: usize = response.headers().iter().map(|(n, v)| n.as_str().len() + v.len() + 4).sum();
         job.spend(&key, header_bytes as u64 + 16, false)?;
         let status = response.status();
@@ -228,7 +253,7 @@ pub(super) async fn fetch(
         };
         let mut response = response;
         let mut bytes = Vec::new();
-        while let Some(chunk) = response.chunk().await.map_err(|e| describe(&e))? {
+        while let Some(chunk) = response.chunk().await.map_err(describe)? {
             job.spend(&key, chunk.len() as u64, false)?;
             bytes.extend_from_slice(&chunk);
         }
@@ -333,10 +358,12 @@ fn scrub_text(text: &str, used: &[Used<'_>]) -> String {
 }
 
 /// An error and its causes, on one line: reqwest's own message says only
-/// which request failed.
-fn describe(error: &reqwest::Error) -> String {
+/// which request failed. Without the URL: the job knows it, and the log
+/// line this becomes names only the host.
+fn describe(error: reqwest::Error) -> String {
+    let error = error.without_url();
     let mut text = error.to_string();
-    let mut source = std::error::Error::source(error);
+    let mut source = std::error::Error::source(&error);
     while let Some(cause) = source {
         text.push_str(": ");
         text.push_str(&cause.to_string());

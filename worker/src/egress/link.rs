@@ -25,6 +25,7 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::UnixListener;
 use tokio::net::unix::OwnedWriteHalf;
 use tokio::task::{AbortHandle, JoinHandle};
+use tracing::Instrument;
 
 use super::EgressProxy;
 use super::fetch::{self, JobEgress, Usage};
@@ -83,6 +84,8 @@ impl Link {
                     .collect(),
                 usage: Mutex::new(Usage::default()),
                 limits: self.proxy.limits,
+                // The job's span, so that each request's log line names the job.
+                span: tracing::Span::current(),
             })
         });
         *lock(&self.job) = job;
@@ -164,8 +167,9 @@ async fn serve(
             continue;
         }
         let (client, writer, current) = (proxy.client.clone(), writer.clone(), current.clone());
+        let span = job.span.clone();
         let task = tokio::spawn(async move {
-            let result = fetch::fetch(&client, &job, request, bytes).await;
+            let result = fetch::fetch(&client, &job, request, bytes).instrument(span).await;
             job.release();
             // Only to the job that asked: one that has ended gets nothing.
             let still = lock(&current).as_ref().is_some_and(|now| Arc::ptr_eq(now, &job));
