@@ -290,6 +290,7 @@ async fn what_the_rules_do_not_name_is_refused() {
          for (const attempt of [\n\
            () => Deno.connect({{ hostname: '127.0.0.1', port: {port} }}),\n\
            () => Deno.resolveDns('localhost', 'A'),\n\
+           () => Deno.connect({{ transport: 'unix', path: '../egress.sock' }}),\n\
            () => new Promise((ok, fail) => {{ const ws = new WebSocket('ws://127.0.0.1:{port}/'); ws.onopen = ok; ws.onerror = () => fail(new Error('websocket refused')); }}),\n\
          ]) {{\n\
            try {{ await attempt(); console.log('reached raw'); }} catch (e) {{ console.log(String(e)); }}\n\
@@ -299,13 +300,15 @@ async fn what_the_rules_do_not_name_is_refused() {
     let before = s.up.received().len();
     let job = s.run("javascript", &code).await;
     let lines: Vec<&str> = stdout(&job).lines().collect();
-    assert_eq!(lines.len(), cases.len() + 3, "{job}");
+    assert_eq!(lines.len(), cases.len() + 4, "{job}");
     for ((_, expected), line) in cases.iter().zip(&lines) {
         assert!(line.contains(expected) && line.starts_with("TypeError: runbox egress"), "{line:?} lacks {expected:?}");
     }
     assert!(lines[2].contains("loopback"), "{}", lines[2]);
     assert!(lines[cases.len()].contains("Requires net access"), "raw TCP: {}", lines[cases.len()]);
     assert!(lines[cases.len() + 1].contains("Requires net access"), "DNS: {}", lines[cases.len() + 1]);
+    // The proxy's socket, which the harness connected to while booting.
+    assert!(lines[cases.len() + 2].contains("NotCapable"), "unix socket: {}", lines[cases.len() + 2]);
     assert!(!lines.iter().any(|line| line.starts_with("reached")), "{job}");
     // Only the redirect's first hop reached an upstream.
     let received = s.up.received();
@@ -354,6 +357,8 @@ async fn a_secret_reaches_only_its_own_hosts_request_headers() {
     let s = EgressStack::start(&[]).await;
     let own = s.up.url("http", &format!("/echo?key={PLACEHOLDER}"));
     let other = s.up.url("https", "/collect");
+    // Its own host redirects to the other: the secret stays behind.
+    let bounce = s.up.url("http", &format!("/redirect?to={}", s.up.url("https", "/bounced")));
     let code = format!(
         "const key = '{PLACEHOLDER}';\n\
          console.log('placeholder', key);\n\
@@ -361,6 +366,7 @@ async fn a_secret_reaches_only_its_own_hosts_request_headers() {
          const echoed = await (await fetch('{own}', {{ method: 'POST', headers, body: key }})).text();\n\
          console.log('echoed', echoed);\n\
          await fetch('{other}', {{ method: 'POST', headers, body: key }});\n\
+         await fetch('{bounce}', {{ headers }});\n\
          for (const look of [() => Deno.env.toObject(), () => Deno.readTextFileSync('/proc/self/environ'), () => Deno.readDirSync('/')]) {{\n\
            try {{ console.log(JSON.stringify(look())); }} catch (e) {{ console.error(String(e)); }}\n\
          }}"
@@ -379,16 +385,22 @@ async fn a_secret_reaches_only_its_own_hosts_request_headers() {
     assert_eq!(header(own_request, "x-copy"), Some(json!(SECRET)));
     assert_eq!(own_request["body"], PLACEHOLDER, "never in a body");
     assert!(!own_request["path"].as_str().unwrap_or_default().contains(SECRET), "never in a URL");
-    let other_request = received.iter().find(|r| r["scheme"] == "https").expect("the other host was reached");
-    assert!(!other_request.to_string().contains(SECRET), "another host got it: {other_request}");
-    assert_eq!(header(other_request, "x-copy"), Some(json!(PLACEHOLDER)));
+    let others: Vec<&Value> = received.iter().filter(|r| r["scheme"] == "https").collect();
+    assert_eq!(others.len(), 2, "the other host, directly and by the redirect: {received:?}");
+    for other in others {
+        assert!(!other.to_string().contains(SECRET), "another host got it: {other}");
+        assert_eq!(header(other, "x-copy"), Some(json!(PLACEHOLDER)));
+    }
+    let bounced = received.iter().find(|r| r["path"] == "/bounced").expect("the redirect was followed");
+    assert_eq!(header(bounced, "authorization"), None, "dropped when the redirect left the origin");
 
     // The value is nowhere but in those two headers.
     let everywhere = [job.to_string(), s.api.process.logs(), s.worker.logs()];
     for (what, text) in ["result", "api log", "worker log"].iter().zip(&everywhere) {
         assert!(!text.contains(SECRET), "the secret is in the {what}");
     }
-    assert_eq!(std::fs::read_to_string(s.up.path("received.jsonl")).expect("log").matches(SECRET).count(), 2);
+    // The own host got it twice: the request, and the first hop of the redirect.
+    assert_eq!(std::fs::read_to_string(s.up.path("received.jsonl")).expect("log").matches(SECRET).count(), 4);
 }
 
 #[tokio::test]
