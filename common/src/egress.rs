@@ -245,6 +245,9 @@ pub struct SecretGrant {
     pub placeholder: String,
 }
 
+/// The shortest secret value accepted.
+pub const MIN_SECRET_BYTES: usize = 12;
+
 /// Every token's secrets, by token name and then by secret name.
 pub type Secrets = BTreeMap<String, BTreeMap<String, Secret>>;
 
@@ -258,8 +261,14 @@ pub fn parse_secrets(json: &str) -> Result<Secrets, String> {
             if !name_ok {
                 return Err(format!("{token}: secret name {name:?} is not [A-Za-z_][A-Za-z0-9_]*"));
             }
-            if secret.value.is_empty() || secret.value.chars().any(|c| c.is_control()) {
-                return Err(format!("{token}: secret {name} must be a non-empty header value"));
+            if secret.value.chars().any(|c| c.is_control()) {
+                return Err(format!("{token}: secret {name} must be a header value (no control characters)"));
+            }
+            // Answers are scrubbed of the value, which would tell a job
+            // whether a guess it had echoed was right: fine for a key, not
+            // for a PIN.
+            if secret.value.len() < MIN_SECRET_BYTES {
+                return Err(format!("{token}: secret {name} is shorter than {MIN_SECRET_BYTES} bytes"));
             }
         }
     }
@@ -325,7 +334,8 @@ mod tests {
     #[test]
     fn secrets_are_named_and_hidden() {
         let secrets =
-            parse_secrets(r#"{"agent": {"API_KEY": {"host": "api.example.com", "value": "s3cret"}}}"#).expect("parses");
+            parse_secrets(r#"{"agent": {"API_KEY": {"host": "api.example.com", "value": "s3cret-0123456789"}}}"#)
+                .expect("parses");
         let secret = &secrets["agent"]["API_KEY"];
         assert_eq!(secret.host, rule("api.example.com"));
         assert!(!format!("{secret:?}").contains("s3cret"));
@@ -333,6 +343,7 @@ mod tests {
         for bad in [
             r#"{"agent": {"1KEY": {"host": "a.com", "value": "v"}}}"#,
             r#"{"agent": {"KEY": {"host": "a.com", "value": ""}}}"#,
+            r#"{"agent": {"KEY": {"host": "a.com", "value": "4821"}}}"#,
             r#"{"agent": {"KEY": {"host": "a.com", "value": "a\nb"}}}"#,
             r#"{"agent": {"KEY": {"host": "a..com", "value": "v"}}}"#,
             r#"{"agent": {"KEY": {"host": "a.com", "value": "v", "extra": 1}}}"#,

@@ -112,7 +112,7 @@ impl Upstreams {
 
 /// Redis, an api and a worker, where alice may reach both upstreams and
 /// `localhost` on the HTTP one's port (which resolves to loopback, so is
-/// refused), with a secret for the HTTP one; bob may reach nothing.
+/// refused), with a secret for the HTTPS one; bob may reach nothing.
 struct EgressStack {
     api: Api,
     worker: Process,
@@ -125,7 +125,7 @@ impl EgressStack {
         let up = Upstreams::start().await;
         let mirror = up.url("http", "/files/pyodide/");
         let rules = format!("alice=127.0.0.1:{0},127.0.0.1:{1},localhost:{0}", up.http, up.https);
-        let secrets = json!({ "alice": { "API_KEY": { "host": format!("127.0.0.1:{}", up.http), "value": SECRET } } });
+        let secrets = json!({ "alice": { "API_KEY": { "host": format!("127.0.0.1:{}", up.https), "value": SECRET } } });
         std::fs::write(up.path("secrets.json"), secrets.to_string()).expect("secrets file");
         let (secrets, ca) = (up.path("secrets.json"), up.path("ca.pem"));
         let redis = Redis::start().await;
@@ -355,10 +355,11 @@ async fn a_token_without_rules_reaches_nothing() {
 #[tokio::test]
 async fn a_secret_reaches_only_its_own_hosts_request_headers() {
     let s = EgressStack::start(&[]).await;
-    let own = s.up.url("http", &format!("/echo?key={PLACEHOLDER}"));
-    let other = s.up.url("https", "/collect");
+    // The secret is bound to the HTTPS upstream; the HTTP one is listed too.
+    let own = s.up.url("https", &format!("/echo?key={PLACEHOLDER}"));
+    let other = s.up.url("http", "/collect");
     // Its own host redirects to the other: the secret stays behind.
-    let bounce = s.up.url("http", &format!("/redirect?to={}", s.up.url("https", "/bounced")));
+    let bounce = s.up.url("https", &format!("/redirect?to={}", s.up.url("http", "/bounced")));
     let code = format!(
         "const key = '{PLACEHOLDER}';\n\
          console.log('placeholder', key);\n\
@@ -377,7 +378,7 @@ async fn a_secret_reaches_only_its_own_hosts_request_headers() {
     assert!(stdout(&job).contains(&format!("Bearer {PLACEHOLDER}")), "{job}");
 
     let received = s.up.received();
-    let own_request = received.iter().find(|r| r["scheme"] == "http").expect("the secret's host was reached");
+    let own_request = received.iter().find(|r| r["scheme"] == "https").expect("the secret's host was reached");
     let header = |request: &Value, name: &str| {
         request["headers"].as_array().into_iter().flatten().find(|h| h[0].as_str() == Some(name)).map(|h| h[1].clone())
     };
@@ -385,7 +386,7 @@ async fn a_secret_reaches_only_its_own_hosts_request_headers() {
     assert_eq!(header(own_request, "x-copy"), Some(json!(SECRET)));
     assert_eq!(own_request["body"], PLACEHOLDER, "never in a body");
     assert!(!own_request["path"].as_str().unwrap_or_default().contains(SECRET), "never in a URL");
-    let others: Vec<&Value> = received.iter().filter(|r| r["scheme"] == "https").collect();
+    let others: Vec<&Value> = received.iter().filter(|r| r["scheme"] == "http").collect();
     assert_eq!(others.len(), 2, "the other host, directly and by the redirect: {received:?}");
     for other in others {
         assert!(!other.to_string().contains(SECRET), "another host got it: {other}");
@@ -394,13 +395,57 @@ async fn a_secret_reaches_only_its_own_hosts_request_headers() {
     let bounced = received.iter().find(|r| r["path"] == "/bounced").expect("the redirect was followed");
     assert_eq!(header(bounced, "authorization"), None, "dropped when the redirect left the origin");
 
-    // The value is nowhere but in those two headers.
+    // An upstream that keeps the value and hands it back later, to a
+    // request that carried no secret, in a body, a header or a redirect's
+    // URL: the job gets the placeholder every time. A hash of what comes
+    // back cannot be asked for with a secret aboard.
+    let (remember, recall, land) =
+        (s.up.url("https", "/remember"), s.up.url("https", "/recall"), s.up.url("https", "/land-on-it"));
+    let code = format!(
+        "await fetch('{remember}', {{ headers: {{ 'x-copy': '{PLACEHOLDER}' }} }});\n\
+         const r = await fetch('{recall}');\n\
+         console.log(r.headers.get('x-recalled'));\n\
+         console.log(JSON.parse(await r.text())['x-copy']);\n\
+         console.log(new URL((await fetch('{land}')).url).searchParams.get('k'));\n\
+         try {{ await fetch('{own}', {{ headers: {{ 'x-copy': '{PLACEHOLDER}' }}, integrity: 'sha256-AAAA' }}); }}\n\
+         catch (e) {{ console.log(String(e)); }}"
+    );
+    let job = s.run("javascript", &code).await;
+    let lines: Vec<&str> = stdout(&job).lines().collect();
+    assert_eq!(lines[..3], [PLACEHOLDER, PLACEHOLDER, PLACEHOLDER], "{job}");
+    assert!(lines[3].contains("cannot ask for integrity"), "{job}");
+
+    // The value is nowhere but in the own host's request headers.
     let everywhere = [job.to_string(), s.api.process.logs(), s.worker.logs()];
     for (what, text) in ["result", "api log", "worker log"].iter().zip(&everywhere) {
         assert!(!text.contains(SECRET), "the secret is in the {what}");
     }
-    // The own host got it twice: the request, and the first hop of the redirect.
-    assert_eq!(std::fs::read_to_string(s.up.path("received.jsonl")).expect("log").matches(SECRET).count(), 4);
+    let log = std::fs::read_to_string(s.up.path("received.jsonl")).expect("log");
+    // Twice (two headers) in the first request and in the redirect's first
+    // hop; once in /remember's, in the request that asked for integrity,
+    // and in the URL the own host redirected to itself (its own doing).
+    assert_eq!(log.matches(SECRET).count(), 7, "{log}");
+}
+
+#[tokio::test]
+async fn requests_at_once_and_oversized_ones_keep_the_link() {
+    let s = EgressStack::start(&[]).await;
+    let echo = s.up.url("http", "/echo");
+    // Three 1 MiB bodies at once, each of its own byte: none mixes with another.
+    let code = format!(
+        "const bodies = ['a', 'b', 'c'].map((c) => c.repeat(1 << 20));\n\
+         const seen = await Promise.all(bodies.map(async (body) => (await (await fetch('{echo}', {{ method: 'POST', body }})).json()).body));\n\
+         console.log(seen.map((body, i) => body === bodies[i]).join(' '));\n\
+         try {{ await fetch('{echo}?' + 'x'.repeat(300000)); }} catch (e) {{ console.log(String(e)); }}\n\
+         console.log((await fetch('{echo}')).status);"
+    );
+    for lane in [false, true] {
+        let job = s.run_as(ALICE, json!({ "language": "javascript", "code": code, "shared_runtime": lane })).await;
+        let lines: Vec<&str> = stdout(&job).lines().collect();
+        assert_eq!(lines.first(), Some(&"true true true"), "{job}");
+        assert!(lines.get(1).is_some_and(|l| l.contains("longer than 256 KiB")), "{job}");
+        assert_eq!(lines.get(2), Some(&"200"), "the link still serves: {job}");
+    }
 }
 
 #[tokio::test]

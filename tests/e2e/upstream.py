@@ -10,6 +10,9 @@ Routes, on both:
     /redirect?to=U 302 to U
     /bytes?n=N     200, N bytes of "x"
     /slow?ms=N     200 after N ms
+    /remember      200; keeps the request's headers
+    /recall        200, the headers /remember kept, as JSON
+    /land-on-it    302 to /landing?k=<the x-copy header /remember kept>
     /files/...     a file under DIR
 
 It also puts a package index in DIR, at /files/simple/: one pure-Python
@@ -31,6 +34,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
 lock = threading.Lock()
+remembered = {}
 
 
 def handler(log_path, files_dir, scheme):
@@ -55,6 +59,13 @@ def handler(log_path, files_dir, scheme):
                 return self.reply(302, b"", [("location", query["to"][0])])
             if url.path == "/bytes":
                 return self.reply(200, b"x" * int(query["n"][0]))
+            if url.path == "/remember":
+                remembered.update({k.lower(): v for k, v in self.headers.items()})
+                return self.reply(200, b"kept")
+            if url.path == "/recall":
+                return self.reply(200, json.dumps(remembered).encode(), [("x-recalled", remembered.get("x-copy", ""))])
+            if url.path == "/land-on-it":
+                return self.reply(302, b"", [("location", "/landing?k=" + remembered.get("x-copy", ""))])
             if url.path == "/slow":
                 time.sleep(int(query["ms"][0]) / 1000)
                 return self.reply(200, b"slow")

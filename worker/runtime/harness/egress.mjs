@@ -12,7 +12,10 @@
 
 const encoder = new TextEncoder();
 const decoder = new TextDecoder();
+// An answer's line (its status, URL and headers); the proxy keeps them under it.
 const MAX_LINE = 1024 * 1024;
+// A request's line: longer, and the proxy would end the link.
+const MAX_REQUEST_LINE = 256 * 1024;
 
 /**
  * Connects to the proxy's socket at `path`, or returns null when the
@@ -31,6 +34,8 @@ class Egress {
   #pending = new Map();
   #nextId = 1;
   #buffer = new Uint8Array(0);
+  /** The last write: each waits for the one before, so requests never interleave. */
+  #writing = Promise.resolve();
 
   constructor(conn) {
     this.#conn = conn;
@@ -55,9 +60,14 @@ class Egress {
         body: body.length,
       })}\n`,
     );
+    if (line.length > MAX_REQUEST_LINE) {
+      return Promise.reject(new TypeError("runbox egress: the URL and headers are longer than 256 KiB"));
+    }
     const answer = new Promise((resolve, reject) => this.#pending.set(id, { resolve, reject }));
     if (this.#pending.size === 1) this.#conn.ref();
-    this.#write(line, body).catch(() => this.#settle(id, null, "the egress proxy is gone"));
+    this.#writing = this.#writing
+      .then(() => this.#write(line, body))
+      .catch(() => this.#settle(id, null, "the egress proxy is gone"));
     return answer;
   }
 

@@ -72,6 +72,8 @@ pub(super) struct JobEgress {
     pub egress: Egress,
     /// Each secret's placeholder and the secret.
     pub secrets: Vec<(String, Secret)>,
+    /// Every form of every secret to scrub from answers (see [`scrub_forms`]).
+    pub scrub_forms: Vec<(Vec<u8>, Vec<u8>)>,
     pub usage: Mutex<Usage>,
     pub limits: EgressLimits,
     pub span: tracing::Span,
@@ -162,7 +164,27 @@ pub(super) async fn fetch(
         .ok()
         .and_then(|url| Some(format!("{}:{}", url.host_str()?, url.port_or_known_default()?)));
     let host = host.unwrap_or_else(|| "(no host)".to_owned());
-    let result = run(client, job, request, body).await;
+    let integrity = request.integrity.clone();
+    // Everything the job gets back is scrubbed of every secret of its
+    // token, whichever request carried it: an upstream may echo a value,
+    // store it and hand it back later, or redirect to a URL holding it.
+    let result = match run(client, job, request, body).await {
+        Ok((mut answer, bytes, carried)) => {
+            answer.url = job.scrub_text(&answer.url);
+            for (_, value) in &mut answer.headers {
+                *value = job.scrub_text(value);
+            }
+            let bytes = job.scrub(bytes);
+            // Checked on what the job gets, and never with a secret aboard:
+            // a hash of an echo would let a job test guesses of the value.
+            if carried && !integrity.is_empty() {
+                Err("a request that carries a secret cannot ask for integrity".to_owned())
+            } else {
+                check_integrity(&integrity, &bytes).map(|()| (answer, bytes))
+            }
+        }
+        Err(why) => Err(job.scrub_text(&why)),
+    };
     let token = &job.egress.token;
     match &result {
         Ok((answer, bytes)) => {
@@ -173,12 +195,14 @@ pub(super) async fn fetch(
     result
 }
 
+/// The request and its redirects; the answer, unscrubbed, and whether a
+/// secret went out with it.
 async fn run(
     client: &reqwest::Client,
     job: &JobEgress,
     request: Request,
     body: Vec<u8>,
-) -> Result<(Response, Vec<u8>), String> {
+) -> Result<(Response, Vec<u8>, bool), String> {
     let mut url = Url::parse(&request.url).map_err(|e| format!("{:?} is not a URL: {e}", request.url))?;
     let mut method = reqwest::Method::from_bytes(request.method.as_bytes())
         .map_err(|_| format!("{:?} is not an HTTP method", request.method))?;
@@ -189,6 +213,7 @@ async fn run(
         .collect();
     let mut body = Some(body);
     let mut redirected = false;
+    let mut carried = false;
     for hop in 0..=MAX_REDIRECTS {
         let (host, port) = destination(&url)?;
         let key = format!("{}:{port}", url.host_str().unwrap_or(&host));
@@ -200,7 +225,8 @@ async fn run(
             });
         }
         job.admit(&key)?;
-        let (sent, used) = with_secrets(&headers, job, &host, port);
+        let (sent, used) = with_secrets(&headers, job, url.scheme(), &host, port);
+        carried |= used;
         let mut builder = client.request(method.clone(), url.clone());
         let mut out = method.as_str().len() + url.as_str().len() + 12;
         for (name, value) in &sent {
@@ -246,9 +272,7 @@ async fn run(
                 .headers()
                 .iter()
                 .filter(|(name, _)| !DROPPED_RESPONSE_HEADERS.contains(&name.as_str()))
-                .map(|(name, value)| {
-                    (name.as_str().to_owned(), scrub_text(&String::from_utf8_lossy(value.as_bytes()), &used))
-                })
+                .map(|(name, value)| (name.as_str().to_owned(), String::from_utf8_lossy(value.as_bytes()).into_owned()))
                 .collect(),
         };
         let mut response = response;
@@ -257,8 +281,7 @@ async fn run(
             job.spend(&key, chunk.len() as u64, false)?;
             bytes.extend_from_slice(&chunk);
         }
-        check_integrity(&request.integrity, &bytes)?;
-        return Ok((answer, scrub(bytes, &used)));
+        return Ok((answer, bytes, carried));
     }
     Err(format!("more than {MAX_REDIRECTS} redirects"))
 }
@@ -299,19 +322,22 @@ fn destination(url: &Url) -> Result<(String, u16), String> {
     Ok((host, port))
 }
 
-/// A secret put into a request: its placeholder and its value.
-type Used<'a> = (&'a str, &'a str);
-
 /// `headers` with each placeholder of a secret bound to `host:port`
-/// replaced by its value, and the values used (to scrub from the answer).
-fn with_secrets<'a>(
+/// replaced by its value, and whether any was. Only over https: TLS is
+/// what makes the host the one the rule names, and keeps the value off
+/// the wire; over plain http the placeholder goes out as it is.
+fn with_secrets(
     headers: &[(String, String)],
-    job: &'a JobEgress,
+    job: &JobEgress,
+    scheme: &str,
     host: &str,
     port: u16,
-) -> (Vec<(String, String)>, Vec<Used<'a>>) {
-    let mut used = Vec::new();
+) -> (Vec<(String, String)>, bool) {
     let bound: Vec<_> = job.secrets.iter().filter(|(_, secret)| secret.host.allows(host, port)).collect();
+    if scheme != "https" || bound.is_empty() {
+        return (headers.to_vec(), false);
+    }
+    let mut used = false;
     let sent = headers
         .iter()
         .map(|(name, value)| {
@@ -319,7 +345,7 @@ fn with_secrets<'a>(
             for (placeholder, secret) in &bound {
                 if value.contains(placeholder.as_str()) {
                     value = value.replace(placeholder.as_str(), &secret.value);
-                    used.push((placeholder.as_str(), secret.value.as_str()));
+                    used = true;
                 }
             }
             (name.clone(), value)
@@ -328,33 +354,61 @@ fn with_secrets<'a>(
     (sent, used)
 }
 
-/// `bytes` with every secret value in `used` replaced by its placeholder:
-/// an upstream that echoes a request header back hands the job nothing.
-fn scrub(bytes: Vec<u8>, used: &[Used<'_>]) -> Vec<u8> {
-    let mut bytes = bytes;
-    for (placeholder, value) in used {
-        let value = value.as_bytes();
-        if value.is_empty() || !bytes.windows(value.len()).any(|w| w == value) {
-            continue;
-        }
-        let mut out = Vec::with_capacity(bytes.len());
-        let mut at = 0;
-        while at < bytes.len() {
-            if bytes[at..].starts_with(value) {
-                out.extend_from_slice(placeholder.as_bytes());
-                at += value.len();
-            } else {
-                out.push(bytes[at]);
-                at += 1;
+/// What the job must never get back, and what it gets instead: each of its
+/// token's secrets as it is, JSON-escaped, percent-encoded and in base64,
+/// each to be replaced by the secret's placeholder. (A reflection in
+/// another encoding, or cut in pieces, is not caught: bind a secret only to
+/// a host that does not echo what it is sent.)
+pub(super) fn scrub_forms(secrets: &[(String, Secret)]) -> Vec<(Vec<u8>, Vec<u8>)> {
+    use base64::Engine;
+    let mut forms = Vec::new();
+    for (placeholder, secret) in secrets {
+        let value = secret.value.as_str();
+        let json = serde_json::to_string(value).unwrap_or_default();
+        let encodings = [
+            value.to_owned(),
+            json.trim_matches('"').to_owned(),
+            url::form_urlencoded::byte_serialize(value.as_bytes()).collect::<String>(),
+            base64::engine::general_purpose::STANDARD.encode(value),
+        ];
+        for form in encodings {
+            if !form.is_empty() && !forms.iter().any(|(seen, _): &(Vec<u8>, Vec<u8>)| *seen == form.as_bytes()) {
+                forms.push((form.into_bytes(), placeholder.clone().into_bytes()));
             }
         }
-        bytes = out;
     }
-    bytes
+    // The longest first, so that a form containing another is replaced whole.
+    forms.sort_by_key(|(form, _)| std::cmp::Reverse(form.len()));
+    forms
 }
 
-fn scrub_text(text: &str, used: &[Used<'_>]) -> String {
-    used.iter().fold(text.to_owned(), |text, (placeholder, value)| text.replace(value, placeholder))
+impl JobEgress {
+    /// `bytes` with every form of every secret replaced (see [`scrub_forms`]).
+    fn scrub(&self, bytes: Vec<u8>) -> Vec<u8> {
+        let mut bytes = bytes;
+        for (form, placeholder) in &self.scrub_forms {
+            if !bytes.windows(form.len()).any(|window| window == form.as_slice()) {
+                continue;
+            }
+            let mut out = Vec::with_capacity(bytes.len());
+            let mut at = 0;
+            while at < bytes.len() {
+                if bytes[at..].starts_with(form) {
+                    out.extend_from_slice(placeholder);
+                    at += form.len();
+                } else {
+                    out.push(bytes[at]);
+                    at += 1;
+                }
+            }
+            bytes = out;
+        }
+        bytes
+    }
+
+    fn scrub_text(&self, text: &str) -> String {
+        String::from_utf8_lossy(&self.scrub(text.as_bytes().to_vec())).into_owned()
+    }
 }
 
 /// An error and its causes, on one line: reqwest's own message says only
@@ -401,12 +455,41 @@ fn refused(name: &str, ip: IpAddr, why: &str) -> String {
 mod tests {
     use super::*;
 
+    fn job_with_secret(value: &str) -> JobEgress {
+        let secret = Secret { host: "api.example.com".parse().expect("rule"), value: value.to_owned() };
+        let secrets = vec![("{{secret:K}}".to_owned(), secret)];
+        JobEgress {
+            egress: Egress { token: "t".into(), rules: vec!["api.example.com".parse().expect("rule")] },
+            scrub_forms: scrub_forms(&secrets),
+            secrets,
+            usage: Mutex::default(),
+            limits: EgressLimits::default(),
+            span: tracing::Span::none(),
+        }
+    }
+
     #[test]
-    fn secret_values_are_scrubbed_from_answers() {
-        let used = [("{{secret:K}}", "s3cret")];
-        assert_eq!(scrub(b"a s3cret and s3cret".to_vec(), &used), b"a {{secret:K}} and {{secret:K}}");
-        assert_eq!(scrub(b"nothing".to_vec(), &used), b"nothing");
-        assert_eq!(scrub_text("Bearer s3cret", &used), "Bearer {{secret:K}}");
+    fn every_form_of_a_secret_is_scrubbed_from_answers() {
+        let job = job_with_secret("tok\"en/+ x");
+        let cases =
+            ["a tok\"en/+ x and tok\"en/+ x", r#"{"echo": "tok\"en/+ x"}"#, "k=tok%22en%2F%2B+x", "dG9rImVuLysgeA=="];
+        for case in cases {
+            let scrubbed = job.scrub_text(case);
+            assert!(scrubbed.contains("{{secret:K}}") && !scrubbed.contains("en/+"), "{case} became {scrubbed}");
+        }
+        assert_eq!(job.scrub_text("nothing"), "nothing");
+    }
+
+    #[test]
+    fn secrets_go_out_only_over_https_to_their_host() {
+        let job = job_with_secret("s3cret");
+        let headers = vec![("authorization".to_owned(), "Bearer {{secret:K}}".to_owned())];
+        let (sent, used) = with_secrets(&headers, &job, "https", "api.example.com", 443);
+        assert_eq!((sent[0].1.as_str(), used), ("Bearer s3cret", true));
+        for (scheme, host, port) in [("http", "api.example.com", 80), ("https", "other.example.com", 443)] {
+            let (sent, used) = with_secrets(&headers, &job, scheme, host, port);
+            assert_eq!((sent[0].1.as_str(), used), ("Bearer {{secret:K}}", false), "{scheme}://{host}");
+        }
     }
 
     #[test]

@@ -17,6 +17,7 @@
 //! dropped with it, so an answer never reaches the next job.
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use runbox_common::{Egress, HostTraffic, Secret};
@@ -33,8 +34,13 @@ use super::fetch::{self, JobEgress, Usage};
 /// The socket's name in a child's private directory.
 const SOCKET: &str = "egress.sock";
 
-/// The longest request line: a URL and headers, generously.
+/// The longest request line: a URL and headers, generously. The harness
+/// refuses a longer one itself; one that arrives anyway ends the link.
 const MAX_LINE: u64 = 256 * 1024;
+
+/// The longest answer line the harness reads (egress.mjs): an answer whose
+/// status, URL and headers would be longer is an error instead.
+const MAX_ANSWER_LINE: usize = 1024 * 1024;
 
 /// The proxy's end of one child's socket.
 pub struct Link {
@@ -43,6 +49,9 @@ pub struct Link {
     job: Arc<Mutex<Option<Arc<JobEgress>>>>,
     requests: Arc<Mutex<Vec<AbortHandle>>>,
     server: JoinHandle<()>,
+    /// The harness connected, and the connection has since ended: the
+    /// child's later jobs would have no egress.
+    broken: Arc<AtomicBool>,
 }
 
 #[derive(Deserialize)]
@@ -61,8 +70,15 @@ impl Link {
         let listener = UnixListener::bind(&path)?;
         let job: Arc<Mutex<Option<Arc<JobEgress>>>> = Arc::default();
         let requests: Arc<Mutex<Vec<AbortHandle>>> = Arc::default();
-        let server = tokio::spawn(serve(listener, path.clone(), proxy.clone(), job.clone(), requests.clone()));
-        Ok(Link { path, proxy, job, requests, server })
+        let broken = Arc::new(AtomicBool::new(false));
+        let served = serve(listener, path.clone(), proxy.clone(), job.clone(), requests.clone());
+        let ended = broken.clone();
+        let server = tokio::spawn(async move {
+            if served.await {
+                ended.store(true, Ordering::Relaxed);
+            }
+        });
+        Ok(Link { path, proxy, job, requests, server, broken })
     }
 
     /// The socket's path, which the harness is given.
@@ -74,14 +90,13 @@ impl Link {
     pub fn begin(&self, egress: Option<&Egress>) {
         self.cancel_requests();
         let job = egress.map(|egress| {
-            let secrets = self.proxy.secrets.get(&egress.token);
+            let secrets: Vec<(String, Secret)> = (self.proxy.secrets.get(&egress.token).into_iter().flatten())
+                .map(|(name, secret)| (Secret::placeholder(name), secret.clone()))
+                .collect();
             Arc::new(JobEgress {
                 egress: egress.clone(),
-                secrets: secrets
-                    .into_iter()
-                    .flatten()
-                    .map(|(name, secret)| (Secret::placeholder(name), secret.clone()))
-                    .collect(),
+                scrub_forms: fetch::scrub_forms(&secrets),
+                secrets,
                 usage: Mutex::new(Usage::default()),
                 limits: self.proxy.limits,
                 // The job's span, so that each request's log line names the job.
@@ -97,6 +112,12 @@ impl Link {
         let job = lock(&self.job).take();
         self.cancel_requests();
         job.map(|job| std::mem::take(&mut lock(&job.usage).hosts)).unwrap_or_default()
+    }
+
+    /// Whether the link the harness made has ended (a protocol error, or a
+    /// job that closed it): a child in that state is not reused.
+    pub fn is_broken(&self) -> bool {
+        self.broken.load(Ordering::Relaxed)
     }
 
     fn cancel_requests(&self) {
@@ -117,19 +138,20 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-/// Takes the harness's connection, then serves it until the child closes it.
+/// Takes the harness's connection, then serves it until it ends; true if
+/// there was one.
 async fn serve(
     listener: UnixListener,
     path: PathBuf,
     proxy: Arc<EgressProxy>,
     current: Arc<Mutex<Option<Arc<JobEgress>>>>,
     requests: Arc<Mutex<Vec<AbortHandle>>>,
-) {
+) -> bool {
     let accepted = listener.accept().await;
     // One connection only: nothing else may connect, even with the path.
     drop(listener);
     let _ = std::fs::remove_file(&path);
-    let Ok((stream, _)) = accepted else { return };
+    let Ok((stream, _)) = accepted else { return false };
     let (read, write) = stream.into_split();
     let writer = Arc::new(tokio::sync::Mutex::new(write));
     let mut reader = BufReader::new(read);
@@ -137,15 +159,15 @@ async fn serve(
         let mut line = Vec::new();
         match (&mut reader).take(MAX_LINE).read_until(b'\n', &mut line).await {
             Ok(n) if n > 0 && line.last() == Some(&b'\n') => {}
-            _ => return,
+            _ => return true,
         }
-        let Ok(Envelope { id, body, request }) = serde_json::from_slice::<Envelope>(&line) else { return };
+        let Ok(Envelope { id, body, request }) = serde_json::from_slice::<Envelope>(&line) else { return true };
         let job = lock(&current).clone();
         let cap = job.as_ref().map_or(0, |job| job.limits.max_bytes);
         if body > cap {
             // Skipped unread, so the link stays in step.
             if tokio::io::copy(&mut (&mut reader).take(body), &mut tokio::io::sink()).await.is_err() {
-                return;
+                return true;
             }
             let error = match job {
                 Some(_) => format!("a request body of {body} bytes is past the job's cap of {cap}"),
@@ -156,8 +178,10 @@ async fn serve(
         }
         let mut bytes = Vec::new();
         if (&mut reader).take(body).read_to_end(&mut bytes).await.map_or(true, |n| n as u64 != body) {
-            return;
+            return true;
         }
+        // The job may have ended while its body arrived: then it is not sent.
+        let job = job.filter(|job| lock(&current).as_ref().is_some_and(|now| Arc::ptr_eq(now, job)));
         let Some(job) = job else {
             answer(&writer, id, Err("this job may reach no host".to_owned())).await;
             continue;
@@ -188,7 +212,7 @@ async fn answer(
     id: u64,
     result: Result<(fetch::Response, Vec<u8>), String>,
 ) {
-    let (line, body) = match result {
+    let (line, mut body) = match result {
         Ok((response, body)) => {
             let mut line = serde_json::to_value(&response).unwrap_or_default();
             line["id"] = id.into();
@@ -197,8 +221,13 @@ async fn answer(
         }
         Err(error) => (serde_json::json!({"id": id, "error": format!("runbox egress: {error}")}), Vec::new()),
     };
+    let mut line = line.to_string();
+    if line.len() >= MAX_ANSWER_LINE {
+        let error = "runbox egress: the answer's status line, URL and headers are longer than 1 MiB";
+        (line, body) = (serde_json::json!({"id": id, "error": error}).to_string(), Vec::new());
+    }
     let mut writer = writer.lock().await;
-    let mut bytes = line.to_string().into_bytes();
+    let mut bytes = line.into_bytes();
     bytes.push(b'\n');
     // A child that stopped reading has gone, or will be: nothing to do.
     let _ = writer.write_all(&bytes).await;

@@ -551,7 +551,10 @@ impl SharedChild {
         };
         usage.apply(&mut outcome);
         self.jobs += 1;
-        let reusable = if in_session { finished } else { reusable && self.jobs < MAX_JOBS_PER_CHILD };
+        // A child whose egress link a job broke would give its owner's next
+        // job no egress: it is replaced (a session keeps its child).
+        let reusable =
+            if in_session { finished } else { reusable && self.jobs < MAX_JOBS_PER_CHILD && !self.egress.is_broken() };
         if let Some((kept, truncated)) = files {
             let valid = kept.len() <= MAX_RETURN_FILES && kept.iter().all(|f| InputFile::check_path(&f.path).is_ok());
             (outcome.files, outcome.files_truncated) = if valid { (kept, truncated) } else { (Vec::new(), true) };
