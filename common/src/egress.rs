@@ -102,10 +102,13 @@ impl FromStr for Rule {
     fn from_str(text: &str) -> Result<Rule, String> {
         let text = text.trim();
         let (host, port) = split_port(text)?;
-        if let Ok(ip) = host.trim_start_matches('[').trim_end_matches(']').parse::<IpAddr>() {
-            if ip.is_ipv6() && port.is_some() && !host.starts_with('[') {
-                return Err(format!("{text:?}: write an IPv6 address in brackets before a port"));
-            }
+        if let Some(inner) = host.strip_prefix('[') {
+            return match inner.strip_suffix(']').map(str::parse::<IpAddr>) {
+                Some(Ok(ip @ IpAddr::V6(_))) => Ok(Rule { host: HostPattern::Ip(ip), port }),
+                _ => Err(format!("{text:?}: only an IPv6 address goes in brackets")),
+            };
+        }
+        if let Ok(ip) = host.parse::<IpAddr>() {
             return Ok(Rule { host: HostPattern::Ip(ip), port });
         }
         let (wildcard, name) = match host.strip_prefix("*.") {
@@ -289,7 +292,9 @@ mod tests {
             assert_eq!(rule(text).to_string(), text);
         }
         assert_eq!(rule("API.Example.COM.").to_string(), "api.example.com");
-        for bad in ["", "*.com", "a..b", "host:0", "host:99999", "host:x", "::1:80", "ex ample.com", "-a.com", "*"] {
+        for bad in
+            ["", "*.com", "a..b", "host:0", "host:99999", "host:x", "[::1]:x", "[::1", "ex ample.com", "-a.com", "*"]
+        {
             assert!(bad.parse::<Rule>().is_err(), "{bad:?} was accepted");
         }
     }

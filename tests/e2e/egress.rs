@@ -260,6 +260,23 @@ async fn allowed_hosts_are_reached_from_js_and_python_over_http_and_https() {
     assert_eq!(runtimes["egress"]["secrets"][0]["placeholder"], PLACEHOLDER);
     assert!(!runtimes.to_string().contains(SECRET));
 
+    // A compatible API's job follows its token's rules too.
+    let fusion = json!({ "language": "python", "code": format!("from pyodide.http import pyfetch\nprint((await pyfetch('{http}')).status)") });
+    for (token, expected) in [(ALICE, "200\n"), (BOB, "")] {
+        let answer: Value = s
+            .api
+            .http
+            .post(s.api.url(&format!("/sandbox-fusion/{token}/run_code")))
+            .json(&fusion)
+            .send()
+            .await
+            .expect("run_code")
+            .json()
+            .await
+            .expect("json");
+        assert_eq!(answer["run_result"]["stdout"], expected, "{answer}");
+    }
+
     // MCP's run_code tells each token what it may reach.
     let alice = s.mcp_tools(ALICE).await;
     assert!(alice.contains("Network, for this token only") && alice.contains(PLACEHOLDER), "{alice}");
