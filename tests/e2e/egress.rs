@@ -211,7 +211,25 @@ async fn allowed_hosts_are_reached_from_js_and_python_over_http_and_https() {
         assert_eq!(job["network"].as_array().map(Vec::len), Some(2), "{job}");
     }
 
-    // A session, in each language: its execs reach the same hosts.
+    // A compatible API's job follows its token's rules too.
+    let fusion = json!({ "language": "python", "code": format!("from pyodide.http import pyfetch\nprint((await pyfetch('{http}')).status)") });
+    for (token, expected) in [(ALICE, "200\n"), (BOB, "")] {
+        let answer: Value = s
+            .api
+            .http
+            .post(s.api.url(&format!("/sandbox-fusion/{token}/run_code")))
+            .json(&fusion)
+            .send()
+            .await
+            .expect("run_code")
+            .json()
+            .await
+            .expect("json");
+        assert_eq!(answer["run_result"]["stdout"], expected, "{answer}");
+    }
+
+    // A session in each language, last: each holds a worker slot while it
+    // lives. Its execs reach the same hosts.
     for (language, code) in [
         ("python", format!("from pyodide.http import pyfetch\nprint((await pyfetch('{http}')).status)")),
         ("javascript", format!("console.log((await fetch('{https}')).status)")),
@@ -259,23 +277,6 @@ async fn allowed_hosts_are_reached_from_js_and_python_over_http_and_https() {
     assert_eq!(runtimes["egress"]["rules"][0], format!("127.0.0.1:{}", s.up.http));
     assert_eq!(runtimes["egress"]["secrets"][0]["placeholder"], PLACEHOLDER);
     assert!(!runtimes.to_string().contains(SECRET));
-
-    // A compatible API's job follows its token's rules too.
-    let fusion = json!({ "language": "python", "code": format!("from pyodide.http import pyfetch\nprint((await pyfetch('{http}')).status)") });
-    for (token, expected) in [(ALICE, "200\n"), (BOB, "")] {
-        let answer: Value = s
-            .api
-            .http
-            .post(s.api.url(&format!("/sandbox-fusion/{token}/run_code")))
-            .json(&fusion)
-            .send()
-            .await
-            .expect("run_code")
-            .json()
-            .await
-            .expect("json");
-        assert_eq!(answer["run_result"]["stdout"], expected, "{answer}");
-    }
 
     // MCP's run_code tells each token what it may reach.
     let alice = s.mcp_tools(ALICE).await;
