@@ -136,8 +136,8 @@ impl rmcp::ServerHandler for McpServer {
 fn with_egress(description: &str, grant: Option<&EgressGrant>) -> String {
     let Some(grant) = grant else { return description.to_owned() };
     let mut network = format!(
-        "Network, for this token only: fetch (JavaScript) and pyodide.http.pyfetch or js.fetch (Python, with \
-         top-level await) reach these hosts and no others, through runbox's proxy: {}. No port means 80 and \
+        "Network, for this token only, despite the above: fetch (JavaScript) and pyodide.http.pyfetch or \
+         js.fetch (Python, with top-level await) reach these hosts and no others, through runbox's proxy: {}. No port means 80 and \
          443. Sockets and DNS stay unavailable. micropip.install works from an index on those hosts.",
         grant.rules.join(", ")
     );
@@ -634,8 +634,8 @@ fn run_code_description(limits: &ApiLimits) -> String {
          compiled packages. JavaScript and TypeScript run in Deno with its built-in APIs only; there are no npm \
          packages.\n\
          \n\
-         It cannot (unless a network paragraph below says otherwise): reach the network (fetch, sockets and \
-         imports from URLs fail), install packages (no pip, micropip or npm), start subprocesses, read environment variables or the host's files. Nothing persists \
+         It cannot: reach the network (fetch, sockets and imports from URLs fail), install packages (pip, \
+         micropip and npm reach nothing), start subprocesses, read environment variables or the host's files. Nothing persists \
          between run_code calls: each call starts from nothing, so send the whole program, with every \
          definition and import it needs, each time. State lasts only inside a session (create_session).\n\
          \n\

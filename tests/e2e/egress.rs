@@ -280,10 +280,10 @@ async fn allowed_hosts_are_reached_from_js_and_python_over_http_and_https() {
 
     // MCP's run_code tells each token what it may reach.
     let alice = s.mcp_tools(ALICE).await;
-    assert!(alice.contains("Network, for this token only") && alice.contains(PLACEHOLDER), "{alice}");
+    assert!(alice.contains("Network, for this token only, despite the above") && alice.contains(PLACEHOLDER), "{alice}");
     assert!(alice.contains(&format!("127.0.0.1:{}", s.up.https)) && !alice.contains(SECRET), "{alice}");
     let bob = s.mcp_tools(BOB).await;
-    assert!(bob.contains("run_code") && !bob.contains("Network, for this token only"), "{bob}");
+    assert!(bob.contains("run_code") && !bob.contains("Network, for this token only, despite the above"), "{bob}");
 }
 
 #[tokio::test]
