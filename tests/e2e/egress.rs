@@ -29,50 +29,7 @@ impl Upstreams {
     async fn start() -> Upstreams {
         let dir = tempfile::tempdir().expect("temp dir");
         let path = |name: &str| dir.path().join(name).to_str().expect("utf-8").to_owned();
-        let openssl = |args: &[&str]| {
-            let status = std::process::Command::new("openssl")
-                .args(args)
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .status()
-                .expect("openssl");
-            assert!(status.success(), "openssl {args:?}");
-        };
-        let (ca_key, ca, key, csr) = (path("ca.key"), path("ca.pem"), path("server.key"), path("server.csr"));
-        openssl(&[
-            "req",
-            "-x509",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-days",
-            "2",
-            "-subj",
-            "/CN=runbox test CA",
-            "-keyout",
-            &ca_key,
-            "-out",
-            &ca,
-        ]);
-        openssl(&["req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=127.0.0.1", "-keyout", &key, "-out", &csr]);
-        std::fs::write(path("san.ext"), "subjectAltName=IP:127.0.0.1,DNS:localhost\n").expect("ext");
-        openssl(&[
-            "x509",
-            "-req",
-            "-days",
-            "2",
-            "-in",
-            &path("server.csr"),
-            "-CA",
-            &path("ca.pem"),
-            "-CAkey",
-            &path("ca.key"),
-            "-CAcreateserial",
-            "-extfile",
-            &path("san.ext"),
-            "-out",
-            &path("server.pem"),
-        ]);
+        test_certificates(dir.path());
         std::fs::create_dir(path("files")).expect("files dir");
         let (http, https) = (free_port(), free_port());
         let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("e2e/upstream.py");
@@ -156,6 +113,25 @@ impl EgressStack {
         job
     }
 
+    /// GET `path` as `token`, as JSON.
+    async fn get_as(&self, token: &str, path: &str) -> Value {
+        let response = self.api.http.get(self.api.url(path)).bearer_auth(token).send().await.expect("get");
+        response.json().await.expect("json")
+    }
+
+    /// POST `body` to `path` as `token`, as JSON.
+    async fn post_as(&self, token: &str, path: &str, body: Value) -> Value {
+        let response = self.api.http.post(self.api.url(path)).bearer_auth(token).json(&body).send().await;
+        response.expect("post").json().await.expect("json")
+    }
+
+    /// Opens a session of `language` as alice and runs `code` in it.
+    async fn exec_in_new_session(&self, language: &str, code: &str) -> Value {
+        let session = self.post_as(ALICE, "/v1/sessions", json!({ "language": language })).await;
+        let id = session["id"].as_str().expect("session id");
+        self.post_as(ALICE, &format!("/v1/sessions/{id}/exec?wait=60"), json!({ "code": code })).await
+    }
+
     /// MCP `tools/list` as `token`: the raw answer.
     async fn mcp_tools(&self, token: &str) -> String {
         let body = json!({ "jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {} });
@@ -214,17 +190,7 @@ async fn allowed_hosts_are_reached_from_js_and_python_over_http_and_https() {
     // A compatible API's job follows its token's rules too.
     let fusion = json!({ "language": "python", "code": format!("from pyodide.http import pyfetch\nprint((await pyfetch('{http}')).status)") });
     for (token, expected) in [(ALICE, "200\n"), (BOB, "")] {
-        let answer: Value = s
-            .api
-            .http
-            .post(s.api.url(&format!("/sandbox-fusion/{token}/run_code")))
-            .json(&fusion)
-            .send()
-            .await
-            .expect("run_code")
-            .json()
-            .await
-            .expect("json");
+        let answer = s.post_as(token, "/sandbox-fusion/run_code", fusion.clone()).await;
         assert_eq!(answer["run_result"]["stdout"], expected, "{answer}");
     }
 
@@ -234,53 +200,22 @@ async fn allowed_hosts_are_reached_from_js_and_python_over_http_and_https() {
         ("python", format!("from pyodide.http import pyfetch\nprint((await pyfetch('{http}')).status)")),
         ("javascript", format!("console.log((await fetch('{https}')).status)")),
     ] {
-        let session: Value = s
-            .api
-            .http
-            .post(s.api.url("/v1/sessions"))
-            .bearer_auth(ALICE)
-            .json(&json!({ "language": language }))
-            .send()
-            .await
-            .expect("open")
-            .json()
-            .await
-            .expect("json");
-        let id = session["id"].as_str().expect("session id");
-        let exec: Value = s
-            .api
-            .http
-            .post(s.api.url(&format!("/v1/sessions/{id}/exec?wait=60")))
-            .bearer_auth(ALICE)
-            .json(&json!({ "code": code }))
-            .send()
-            .await
-            .expect("exec")
-            .json()
-            .await
-            .expect("json");
+        let exec = s.exec_in_new_session(language, &code).await;
         assert_eq!(stdout(&exec), "200\n", "{language}: {exec}");
         assert_eq!(exec["network"][0]["requests"], 1, "{exec}");
     }
 
-    let runtimes: Value = s
-        .api
-        .http
-        .get(s.api.url("/v1/runtimes"))
-        .bearer_auth(ALICE)
-        .send()
-        .await
-        .expect("runtimes")
-        .json()
-        .await
-        .expect("json");
+    let runtimes = s.get_as(ALICE, "/v1/runtimes").await;
     assert_eq!(runtimes["egress"]["rules"][0], format!("127.0.0.1:{}", s.up.http));
     assert_eq!(runtimes["egress"]["secrets"][0]["placeholder"], PLACEHOLDER);
     assert!(!runtimes.to_string().contains(SECRET));
 
     // MCP's run_code tells each token what it may reach.
     let alice = s.mcp_tools(ALICE).await;
-    assert!(alice.contains("Network, for this token only, despite the above") && alice.contains(PLACEHOLDER), "{alice}");
+    assert!(
+        alice.contains("Network, for this token only, despite the above") && alice.contains(PLACEHOLDER),
+        "{alice}"
+    );
     assert!(alice.contains(&format!("127.0.0.1:{}", s.up.https)) && !alice.contains(SECRET), "{alice}");
     let bob = s.mcp_tools(BOB).await;
     assert!(bob.contains("run_code") && !bob.contains("Network, for this token only, despite the above"), "{bob}");
@@ -355,17 +290,7 @@ async fn a_token_without_rules_reaches_nothing() {
     let python = "import js\nprint(hasattr(js, 'fetch'))\nfrom pyodide.http import pyfetch";
     let job = s.run_as(BOB, json!({ "language": "python", "code": python })).await;
     assert_eq!(stdout(&job), "False\n", "{job}");
-    let runtimes: Value = s
-        .api
-        .http
-        .get(s.api.url("/v1/runtimes"))
-        .bearer_auth(BOB)
-        .send()
-        .await
-        .expect("get")
-        .json()
-        .await
-        .expect("json");
+    let runtimes = s.get_as(BOB, "/v1/runtimes").await;
     assert!(runtimes.get("egress").is_none(), "{runtimes}");
     assert!(s.up.received().is_empty(), "{:?}", s.up.received());
 }
@@ -534,30 +459,7 @@ async fn python_packages_install_from_an_index_the_rules_allow() {
     assert!(job["stderr"].as_str().is_some_and(|e| e.contains("does not match its integrity")), "{job}");
 
     // The same index, from a session.
-    let session: Value = s
-        .api
-        .http
-        .post(s.api.url("/v1/sessions"))
-        .bearer_auth(ALICE)
-        .json(&json!({ "language": "python" }))
-        .send()
-        .await
-        .expect("open")
-        .json()
-        .await
-        .expect("json");
-    let exec: Value = s
-        .api
-        .http
-        .post(s.api.url(&format!("/v1/sessions/{}/exec?wait=60", session["id"].as_str().expect("id"))))
-        .bearer_auth(ALICE)
-        .json(&json!({ "code": install }))
-        .send()
-        .await
-        .expect("exec")
-        .json()
-        .await
-        .expect("json");
+    let exec = s.exec_in_new_session("python", &install).await;
     assert_eq!(stdout(&exec), "42\n", "{exec}");
 
     // Bob's jobs have micropip, and it reaches nothing.

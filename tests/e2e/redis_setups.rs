@@ -2,7 +2,6 @@
 //! password, as managed Redis needs; and a server that would evict keys,
 //! which both processes refuse at start with a message saying what to change.
 
-use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
 
@@ -11,69 +10,10 @@ use tokio::process::Command;
 
 use crate::util::*;
 
-/// Makes a CA and a certificate for `localhost` signed by it, in `dir`.
-fn certificates(dir: &Path) {
-    let run = |args: &[&str]| {
-        let done = std::process::Command::new("openssl")
-            .args(args)
-            .current_dir(dir)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .expect("openssl (scripts/setup installs it)");
-        assert!(done.success(), "openssl {args:?}");
-    };
-    run(&[
-        "req",
-        "-x509",
-        "-newkey",
-        "rsa:2048",
-        "-nodes",
-        "-days",
-        "1",
-        "-subj",
-        "/CN=runbox test CA",
-        "-keyout",
-        "ca.key",
-        "-out",
-        "ca.pem",
-    ]);
-    run(&[
-        "req",
-        "-newkey",
-        "rsa:2048",
-        "-nodes",
-        "-subj",
-        "/CN=localhost",
-        "-keyout",
-        "server.key",
-        "-out",
-        "server.csr",
-    ]);
-    std::fs::write(dir.join("ext.cnf"), "subjectAltName=DNS:localhost\n").expect("ext");
-    run(&[
-        "x509",
-        "-req",
-        "-in",
-        "server.csr",
-        "-CA",
-        "ca.pem",
-        "-CAkey",
-        "ca.key",
-        "-CAcreateserial",
-        "-days",
-        "1",
-        "-extfile",
-        "ext.cnf",
-        "-out",
-        "server.pem",
-    ]);
-}
-
 #[tokio::test]
 async fn tls_with_a_user_and_password_works_end_to_end() {
     let dir = tempfile::tempdir().expect("tempdir");
-    certificates(dir.path());
+    test_certificates(dir.path());
     let port = free_port();
     let file = |name: &str| dir.path().join(name).to_string_lossy().into_owned();
     let _server = Command::new("redis-server")

@@ -1,6 +1,9 @@
 //! Helpers the end-to-end tests share. The stack itself (Redis, api and
 //! worker processes) is `runbox_tests`'s, re-exported here.
 
+use std::path::Path;
+use std::process::Stdio;
+
 pub use runbox_tests::*;
 use serde_json::Value;
 
@@ -103,4 +106,64 @@ pub fn is_running(pid: u32) -> bool {
     let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { return false };
     // The state follows the command name, which is in parentheses.
     stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().next()).is_some_and(|state| state != "Z")
+}
+
+/// Makes a CA (`ca.pem`, `ca.key`) and a certificate for `localhost` and
+/// `127.0.0.1` signed by it (`server.pem`, `server.key`), in `dir`.
+pub fn test_certificates(dir: &Path) {
+    let run = |args: &[&str]| {
+        let done = std::process::Command::new("openssl")
+            .args(args)
+            .current_dir(dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .expect("openssl (scripts/setup installs it)");
+        assert!(done.success(), "openssl {args:?}");
+    };
+    run(&[
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-days",
+        "1",
+        "-subj",
+        "/CN=runbox test CA",
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.pem",
+    ]);
+    run(&[
+        "req",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-subj",
+        "/CN=localhost",
+        "-keyout",
+        "server.key",
+        "-out",
+        "server.csr",
+    ]);
+    std::fs::write(dir.join("ext.cnf"), "subjectAltName=DNS:localhost,IP:127.0.0.1\n").expect("ext");
+    run(&[
+        "x509",
+        "-req",
+        "-in",
+        "server.csr",
+        "-CA",
+        "ca.pem",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-days",
+        "1",
+        "-extfile",
+        "ext.cnf",
+        "-out",
+        "server.pem",
+    ]);
 }
