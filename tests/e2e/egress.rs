@@ -358,6 +358,11 @@ async fn a_secret_reaches_only_its_own_hosts_request_headers() {
     assert_eq!(lines[..3], [PLACEHOLDER, PLACEHOLDER, PLACEHOLDER], "{job}");
     assert!(lines[3].contains("cannot ask for integrity"), "{job}");
 
+    // The worker logs each request by host, never by path.
+    let worker_log = s.worker.logs();
+    assert!(worker_log.contains("egress request") && worker_log.contains(&format!("127.0.0.1:{}", s.up.https)));
+    assert!(!worker_log.contains("/collect") && !worker_log.contains("/remember"), "a path is in the log");
+
     // The value is nowhere but in the own host's request headers.
     let everywhere = [job.to_string(), s.api.process.logs(), s.worker.logs()];
     for (what, text) in ["result", "api log", "worker log"].iter().zip(&everywhere) {
