@@ -204,21 +204,5 @@
     });
   }
 
-  // Pyodide turns a package's sha256 into integrity metadata with btoa.
-  const ALPHABET = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-  function btoa(binary) {
-    const text = String(binary);
-    let out = "";
-    for (let at = 0; at < text.length; at += 3) {
-      const [a, b, c] = [text.charCodeAt(at), text.charCodeAt(at + 1), text.charCodeAt(at + 2)];
-      if (a > 255 || b > 255 || c > 255) throw new Error("btoa: a character past Latin-1");
-      const n = (a << 16) | ((b || 0) << 8) | (c || 0);
-      const left = text.length - at;
-      out += ALPHABET[n >> 18] + ALPHABET[(n >> 12) & 63] + (left > 1 ? ALPHABET[(n >> 6) & 63] : "=") +
-        (left > 2 ? ALPHABET[n & 63] : "=");
-    }
-    return out;
-  }
-
-  Object.assign(realm, { fetch, Headers, Request, Response, AbortController, AbortSignal, btoa });
+  Object.assign(realm, { fetch, Headers, Request, Response, AbortController, AbortSignal });
 });

@@ -406,6 +406,17 @@
         waiting.set(id, { resolve, reject });
       });
     installFetch(realm, send);
+    // Pyodide turns a package's sha256 into integrity metadata with btoa.
+    realm.btoa = (binary) => {
+      const text = String(binary);
+      const bytes = new Uint8Array(text.length);
+      for (let i = 0; i < text.length; i++) {
+        const code = text.charCodeAt(i);
+        if (code > 255) throw new Error("btoa: a character past Latin-1");
+        bytes[i] = code;
+      }
+      return base64(bytes);
+    };
   }
 
   /** Called by the harness when request `id` is answered (`answer` is JSON; the body follows). */

@@ -1,7 +1,7 @@
 //! One request of a job, from the rule check to the last byte of its answer.
 
 use std::net::{IpAddr, SocketAddr};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use reqwest::Url;
 use reqwest::dns::{Addrs, Name, Resolve, Resolving};
@@ -70,10 +70,7 @@ pub(super) struct Response {
 /// The job a link serves now: its rules, and its token's secrets.
 pub(super) struct JobEgress {
     pub egress: Egress,
-    /// Each secret's placeholder and the secret.
-    pub secrets: Vec<(String, Secret)>,
-    /// Every form of every secret to scrub from answers (see [`scrub_forms`]).
-    pub scrub_forms: Vec<(Vec<u8>, Vec<u8>)>,
+    pub secrets: Arc<TokenSecrets>,
     pub usage: Mutex<Usage>,
     pub limits: EgressLimits,
     pub span: tracing::Span,
@@ -334,7 +331,7 @@ fn with_secrets(
     host: &str,
     port: u16,
 ) -> (Vec<(String, String)>, bool) {
-    let bound: Vec<_> = job.secrets.iter().filter(|(_, secret)| secret.host.allows(host, port)).collect();
+    let bound: Vec<_> = job.secrets.placed.iter().filter(|(_, secret)| secret.host.allows(host, port)).collect();
     if scheme != "https" || bound.is_empty() {
         return (headers.to_vec(), false);
     }
@@ -355,12 +352,31 @@ fn with_secrets(
     (sent, used)
 }
 
+/// One token's secrets, as its jobs' requests use them: made once per
+/// token when the proxy starts, shared by each of its jobs.
+#[derive(Debug, Default)]
+pub(super) struct TokenSecrets {
+    /// Each secret's placeholder and the secret.
+    placed: Vec<(String, Secret)>,
+    /// Every form of every secret to scrub from answers (see [`scrub_forms`]).
+    scrub_forms: Vec<(Vec<u8>, Vec<u8>)>,
+}
+
+impl TokenSecrets {
+    /// `named`, a token's secrets by name, placed and ready to scrub.
+    pub fn new<'a>(named: impl IntoIterator<Item = (&'a String, &'a Secret)>) -> TokenSecrets {
+        let placed: Vec<(String, Secret)> =
+            named.into_iter().map(|(name, secret)| (Secret::placeholder(name), secret.clone())).collect();
+        TokenSecrets { scrub_forms: scrub_forms(&placed), placed }
+    }
+}
+
 /// What the job must never get back, and what it gets instead: each of its
 /// token's secrets as it is, JSON-escaped, percent-encoded and in base64,
 /// each to be replaced by the secret's placeholder. (A reflection in
 /// another encoding, or cut in pieces, is not caught: bind a secret only to
 /// a host that does not echo what it is sent.)
-pub(super) fn scrub_forms(secrets: &[(String, Secret)]) -> Vec<(Vec<u8>, Vec<u8>)> {
+fn scrub_forms(secrets: &[(String, Secret)]) -> Vec<(Vec<u8>, Vec<u8>)> {
     use base64::Engine;
     let mut forms = Vec::new();
     for (placeholder, secret) in secrets {
@@ -387,7 +403,7 @@ impl JobEgress {
     /// `bytes` with every form of every secret replaced (see [`scrub_forms`]).
     fn scrub(&self, bytes: Vec<u8>) -> Vec<u8> {
         let mut bytes = bytes;
-        for (form, placeholder) in &self.scrub_forms {
+        for (form, placeholder) in &self.secrets.scrub_forms {
             if !bytes.windows(form.len()).any(|window| window == form.as_slice()) {
                 continue;
             }
@@ -458,11 +474,9 @@ mod tests {
 
     fn job_with_secret(value: &str) -> JobEgress {
         let secret = Secret { host: "api.example.com".parse().expect("rule"), value: value.to_owned() };
-        let secrets = vec![("{{secret:K}}".to_owned(), secret)];
         JobEgress {
             egress: Egress { token: "t".into(), rules: vec!["api.example.com".parse().expect("rule")] },
-            scrub_forms: scrub_forms(&secrets),
-            secrets,
+            secrets: Arc::new(TokenSecrets::new([(&"K".to_owned(), &secret)])),
             usage: Mutex::default(),
             limits: EgressLimits::default(),
             span: tracing::Span::none(),

@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
-use runbox_common::{Egress, HostTraffic, Secret};
+use runbox_common::{Egress, HostTraffic};
 use serde::Deserialize;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::UnixListener;
@@ -90,13 +90,9 @@ impl Link {
     pub fn begin(&self, egress: Option<&Egress>) {
         self.cancel_requests();
         let job = egress.map(|egress| {
-            let secrets: Vec<(String, Secret)> = (self.proxy.secrets.get(&egress.token).into_iter().flatten())
-                .map(|(name, secret)| (Secret::placeholder(name), secret.clone()))
-                .collect();
             Arc::new(JobEgress {
                 egress: egress.clone(),
-                scrub_forms: fetch::scrub_forms(&secrets),
-                secrets,
+                secrets: self.proxy.secrets.get(&egress.token).cloned().unwrap_or_default(),
                 usage: Mutex::new(Usage::default()),
                 limits: self.proxy.limits,
                 // The job's span, so that each request's log line names the job.

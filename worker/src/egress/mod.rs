@@ -28,10 +28,12 @@
 mod fetch;
 mod link;
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use runbox_common::{ConfigError, Secrets};
 
+use fetch::TokenSecrets;
 pub use link::Link;
 
 /// What one job may use of the proxy.
@@ -100,7 +102,8 @@ impl EgressConfig {
 /// client (its connection pool shared by every job), the secrets, the caps.
 pub struct EgressProxy {
     client: reqwest::Client,
-    secrets: Secrets,
+    /// Each token's secrets, by token name.
+    secrets: BTreeMap<String, Arc<TokenSecrets>>,
     limits: EgressLimits,
 }
 
@@ -124,6 +127,8 @@ impl EgressProxy {
                 builder = builder.add_root_certificate(certificate);
             }
         }
-        Ok(Arc::new(EgressProxy { client: builder.build()?, secrets: config.secrets.clone(), limits: config.limits }))
+        let secrets =
+            config.secrets.iter().map(|(token, named)| (token.clone(), Arc::new(TokenSecrets::new(named)))).collect();
+        Ok(Arc::new(EgressProxy { client: builder.build()?, secrets, limits: config.limits }))
     }
 }
