@@ -4,7 +4,8 @@
 //! Every job's output is sent, watched or not, because a subscriber may
 //! come late and must first get what was written so far. The job never
 //! waits for it: the capture hands bytes to a [`Live`] and goes on, and one
-//! task per job writes whatever piled up, at most once per [`COALESCE`].
+//! task per job writes whatever piled up, at most once per [`COALESCE`]
+//! until the job ends, and then the rest at once.
 //! A write that fails is not retried: the job object has all the output.
 
 use std::time::Duration;
@@ -66,6 +67,10 @@ async fn forward(queue: Queue, id: String, attempt: u64, live: Live, running_ttl
         if last {
             return;
         }
-        tokio::time::sleep(COALESCE).await;
+        // Cut short when the job ends: its result waits for the last write.
+        tokio::select! {
+            () = tokio::time::sleep(COALESCE) => {}
+            () = live.closed() => {}
+        }
     }
 }

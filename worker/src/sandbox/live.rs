@@ -108,6 +108,19 @@ impl Live {
         }
     }
 
+    /// Waits until [`Live::close`] has been called; at once for a `Live`
+    /// that goes nowhere.
+    pub async fn closed(&self) {
+        let Some(shared) = &self.0 else { return };
+        loop {
+            let woken = shared.wake.notified();
+            if shared.pending.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).closed {
+                return;
+            }
+            woken.await;
+        }
+    }
+
     /// Waits for output and takes all of it, as at most one chunk per
     /// stream; None once closed and empty. `last` says whether these are
     /// the final chunks.
@@ -171,6 +184,26 @@ mod tests {
         assert!(last);
         assert_eq!(chunks, vec![OutputChunk { stream: OutputStream::Stdout, offset: 6, data: euro[..2].to_vec() }]);
         assert!(live.take().await.is_none());
+    }
+
+    #[tokio::test]
+    async fn closed_waits_for_the_close_not_for_output() {
+        let live = Live::new();
+        let waiting = tokio::spawn({
+            let live = live.clone();
+            async move { live.closed().await }
+        });
+        live.push(OutputStream::Stdout, b"x");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        assert!(!waiting.is_finished(), "closed() returned on output");
+        live.close();
+        tokio::time::timeout(std::time::Duration::from_secs(1), waiting)
+            .await
+            .expect("closed() at the close")
+            .expect("the waiting task");
+        // Once closed, at once; the rest is still there to take.
+        live.closed().await;
+        assert_eq!(live.take().await.expect("the rest").0.len(), 1);
     }
 
     #[tokio::test]
