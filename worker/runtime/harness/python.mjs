@@ -253,51 +253,61 @@ async function serveShared() {
       return await new Promise(() => {});
     }
     realm.retire();
-    // Nothing of the job's may outlive it: after a full collection, a
-    // realm V8 could not free still has something of the job's pending.
-    const retired = realm;
-    realm = null;
-    const { gone, cleanupMicros } = await collected(retired);
     if (frame.return_files) {
       const { files: kept, truncated } = filesOf(files, frame.return_files);
       channel.report({ kind: "files", files: kept, truncated });
     }
     endOutput(frame.nonce);
-    channel.report({
-      kind: "end",
-      status,
-      clean: gone && fingerprint.isClean(),
-      memory_bytes: memoryBytes,
-      cleanup_cpu_us: cleanupMicros,
-    });
+    // The job's result goes out now; its realm is collected after, while
+    // the runner waits for `retired` before it sends this child another job.
+    channel.report({ kind: "end", status, clean: fingerprint.isClean(), memory_bytes: memoryBytes });
+    // Nothing of the job's may outlive it (see `collected`).
+    const retired = realm;
+    realm = null;
+    channel.report({ kind: "retired", clean: (await collected(retired)) && fingerprint.isClean() });
     // The next job's realm is built now, between jobs.
     next = await newRealm(assets);
   }
 }
 
 /**
- * Whether V8 has freed `realm`, retired and no longer referenced: one
- * major collection usually does; a second is tried before the child is
- * given up (on a loaded machine a finalization registry's cleanup, which
- * holds the realm, may not have run by the first). A WeakRef reads its
- * target as alive until the turn after a collection, hence the wait; and
- * reading it alive keeps it alive to the end of that turn, so the second
- * collection waits for the next turn, or it could never free the realm.
- * Also the CPU, in microseconds, the collections took: no code of the job
- * runs inside one, so the runner takes it off the job's CPU time, and
- * counts the waits, where what the job left pending may run.
+ * CPU a retired realm may use in the waits of its collection before its
+ * child is retired. Pyodide's own finalization callbacks may run there;
+ * work a job left pending (a promise chain, a compile) takes more.
+ */
+const LEFTOVER_CPU_MICROS = 20_000;
+
+/**
+ * Whether V8 has freed `realm`, retired and no longer referenced, with
+ * nothing of its job's run since the job's end beyond a trace. After a
+ * full collection, a realm V8 could not free still has something of the
+ * job's pending. One major collection usually frees it; a second is tried
+ * before the child is given up (on a loaded machine a finalization
+ * registry's cleanup, which holds the realm, may not have run by the
+ * first). A WeakRef reads its target as alive until the turn after a
+ * collection, hence the waits; and reading it alive keeps it alive to the
+ * end of that turn, so the second collection waits for the next turn, or
+ * it could never free the realm.
+ *
+ * No code of the job runs between its end and the first collection, nor
+ * after a collection that freed its realm; in the waits after a first
+ * collection that missed it, what the job left pending may run, which
+ * no job's CPU time counts: more than `LEFTOVER_CPU_MICROS` of the
+ * process's CPU there, less the collections' own, and the child is
+ * retired.
  */
 async function collected(realm) {
-  let cleanupMicros = 0;
+  const start = cpuMicros();
+  let collecting = 0;
   for (let attempt = 0; attempt < 2; attempt++) {
     if (attempt > 0) await new Promise((resolve) => setTimeout(resolve, 0));
     const before = cpuMicros();
     collectGarbage();
-    cleanupMicros += Math.max(0, cpuMicros() - before);
+    collecting += Math.max(0, cpuMicros() - before);
     await new Promise((resolve) => setTimeout(resolve, 0));
-    if (realm.isGone()) return { gone: true, cleanupMicros };
+    if (realm.isGone()) return attempt === 0 || cpuMicros() - start - collecting <= LEFTOVER_CPU_MICROS;
   }
-  return { gone: false, cleanupMicros };
+  return false;
 }
 
 /** The process's CPU time so far (user and system, every thread), in microseconds. */

@@ -86,11 +86,8 @@ pub enum Report {
     /// A job's Worker is up and takes it: its time, and the count of its
     /// memory, run from here.
     Started,
-    /// The program has ended; what follows until `end` is the harness's
-    /// own clean-up (collecting the job's realm). The job's CPU time runs
-    /// to `end` less what the harness measured of that clean-up
-    /// (`cleanup_cpu_us`), so that whatever of the job's still runs
-    /// meanwhile counts.
+    /// The program has ended: the job's CPU time runs to here. Until its
+    /// `end` the harness runs no code of the job's.
     Ran,
     /// The files a job asked back, before its `end`.
     Files { files: Vec<OutputFile>, truncated: bool },
@@ -119,11 +116,12 @@ pub enum Report {
         /// of this and the kernel's count.
         #[serde(default)]
         memory_bytes: Option<u64>,
-        /// CPU, in microseconds, the harness spent in its own synchronous
-        /// collections after `ran`, where no code of the job runs.
-        #[serde(default)]
-        cleanup_cpu_us: Option<u64>,
     },
+    /// After a Python job's `end` in a shared child: whether V8 freed the
+    /// job's realm with nothing of the job's run since its end (see
+    /// `collected` in `runtime/harness/python.mjs`). The child takes no
+    /// job before it.
+    Retired { clean: bool },
 }
 
 /// Why a report could not be read: each one ends the child.
@@ -191,15 +189,7 @@ mod tests {
         let (report, _) = read(b"{\"kind\":\"end\",\"status\":3,\"memory\":true}\n", 0).await.expect("end");
         assert_eq!(
             report,
-            Report::End {
-                status: 3,
-                clean: false,
-                interrupted: false,
-                memory: true,
-                error: None,
-                memory_bytes: None,
-                cleanup_cpu_us: None
-            }
+            Report::End { status: 3, clean: false, interrupted: false, memory: true, error: None, memory_bytes: None }
         );
     }
 

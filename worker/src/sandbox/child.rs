@@ -428,22 +428,16 @@ impl Usage {
     /// program can change) and `reported`, what the harness measured of the
     /// job's own instance and realm where it can (a Python job of the
     /// shared lane: see `runtime/harness/python.mjs`).
-    /// The CPU count ends now, less `cleanup`, the harness's own clean-up
-    /// after the program, where it measured it; never before `cpu_ran`,
-    /// where the harness said the program ended.
+    /// The CPU count ends at `cpu_ran`, where the harness said the program
+    /// ended, or else now.
     pub(super) fn since(
         pid: Option<u32>,
         before: Option<MemorySample>,
         cpu_before: Option<Duration>,
         cpu_ran: Option<Duration>,
-        cleanup: Option<Duration>,
         reported: Option<u64>,
     ) -> Usage {
-        let now = pid.and_then(cpu_time);
-        let cpu_end = match (now, cleanup) {
-            (Some(now), Some(cleanup)) => Some(now.saturating_sub(cleanup).max(cpu_ran.unwrap_or_default())),
-            _ => cpu_ran.or(now),
-        };
+        let cpu_end = cpu_ran.or_else(|| pid.and_then(cpu_time));
         let cpu_ms = cpu_end.zip(cpu_before).map(|(end, start)| millis(end.saturating_sub(start)));
         let now = pid.and_then(MemorySample::of).filter(|_| before.is_some());
         let grown = now.zip(before).map(|(now, then)| now.peak_resident.saturating_sub(then.resident));

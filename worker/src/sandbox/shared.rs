@@ -10,9 +10,10 @@
 //! its wasm module once; each job then gets a bare V8 context of its own
 //! (no Deno API in it) with a new Pyodide instance built from that module
 //! and the snapshot, booted between jobs: a fresh realm, interpreter,
-//! `__main__` and in-memory file system, and the last job's realm freed by
-//! V8 before the job's end is reported (see `runtime/harness/python.mjs`
-//! and `python-realms.mjs`). A shared
+//! `__main__` and in-memory file system. A job's result goes out as soon
+//! as it has run; V8 must then free its realm, with nothing of the job's
+//! run since, before the child takes another job (see
+//! `runtime/harness/python.mjs` and `python-realms.mjs`). A shared
 //! JS child runs each job in a fresh Worker instead of a fresh process
 //! (see `runtime/harness/js.mjs`); jobs with stdin or files stay in the
 //! default lane (see [`SharedLane::takes`]).
@@ -106,8 +107,15 @@ const GARBAGE_ALLOWANCE_MB: u64 = 160;
 /// child gains nothing from living longer.
 const MAX_JOBS_PER_CHILD: u32 = 100;
 
-/// How long an idle child's stdout and stderr are watched for stray bytes.
+/// How long an idle child's stdout and stderr are watched for stray bytes
+/// that may still be on their way (a JS job's Worker writes on a thread of
+/// its own).
 const STRAY_WAIT: Duration = Duration::from_millis(2);
+
+/// How long a Python child may take to collect its last job's realm (see
+/// [`Report::Retired`]) once it is wanted for the next; it usually has
+/// by then, in a few tens of milliseconds.
+const RETIRE_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// How long to wait for the output pipes to close once a child is killed.
 pub(super) const DRAIN_TIMEOUT: Duration = Duration::from_secs(2);
@@ -305,6 +313,9 @@ pub(super) struct SharedChild {
     pub(super) kind: Kind,
     /// Jobs it has run.
     jobs: u32,
+    /// A Python job's result went out before its realm was collected: the
+    /// harness's `retired` report is still to be read (see [`SharedChild::is_clean`]).
+    retiring: bool,
     /// Resident bytes once booted, and what a job may leave on top of that
     /// (see [`SharedChild::is_clean`]).
     resident_at_boot: u64,
@@ -417,6 +428,7 @@ impl SharedChild {
             lane: None,
             kind,
             jobs: 0,
+            retiring: false,
             resident_at_boot,
             leftover_allowance,
             egress,
@@ -429,13 +441,26 @@ impl SharedChild {
         matches!(self.child.try_wait(), Ok(None))
     }
 
-    /// Fit for the next job: alive, with only the runtime's own threads once
-    /// terminated Workers' threads have had [`WORKER_THREAD_EXIT`] to go;
-    /// nothing written on stdout or stderr since the last job ended (a job
-    /// that went on after its Worker was terminated); and not holding more
-    /// memory than a job may leave behind (the blob store, say, which is
-    /// the process's and outlives a job's Worker).
+    /// Fit for the next job: the last Python job's realm collected, with
+    /// nothing of that job's run since its end (the harness's `retired`
+    /// report, waited for here, not on the path of the job's result);
+    /// alive, with only the runtime's own threads once terminated Workers'
+    /// threads have had [`WORKER_THREAD_EXIT`] to go; nothing written on
+    /// stdout or stderr since the last job ended (a job that went on after
+    /// its Worker was terminated); and not holding more memory than a job
+    /// may leave behind (the blob store, say, which is the process's and
+    /// outlives a job's Worker).
     async fn is_clean(&mut self) -> bool {
+        // What the job wrote is in the pipes before the harness reports
+        // `retired`, so after that report nothing is in flight to wait for.
+        let stray_wait = if std::mem::take(&mut self.retiring) {
+            if !self.retired().await {
+                return false;
+            }
+            Duration::ZERO
+        } else {
+            STRAY_WAIT
+        };
         let started = Instant::now();
         loop {
             match self.threads() {
@@ -445,18 +470,35 @@ impl SharedChild {
                 Threads::Settling => tokio::time::sleep(Duration::from_millis(2)).await,
             }
         }
-        if self.wrote_outside_a_job().await {
+        if self.wrote_outside_a_job(stray_wait).await {
             return false;
         }
         let resident = self.child.id().and_then(MemorySample::of).map_or(u64::MAX, |sample| sample.resident);
         resident <= self.resident_at_boot.saturating_add(self.leftover_allowance)
     }
 
-    /// Whether any byte is waiting on stdout or stderr between jobs.
-    async fn wrote_outside_a_job(&mut self) -> bool {
-        let mut byte = [0u8; 1];
-        let out = tokio::time::timeout(STRAY_WAIT, self.stdout.read(&mut byte)).await;
-        let err = tokio::time::timeout(STRAY_WAIT, self.stderr.read(&mut byte)).await;
+    /// Whether the harness says the last job's realm is gone, with nothing
+    /// of the job's run since its end, within [`RETIRE_TIMEOUT`] and
+    /// without the child's memory going past what a job may leave behind.
+    async fn retired(&mut self) -> bool {
+        let limit = self.resident_at_boot.saturating_add(self.leftover_allowance);
+        tokio::select! {
+            report = tokio::time::timeout(RETIRE_TIMEOUT, self.channel.report(0)) => {
+                matches!(report, Ok(Ok((Report::Retired { clean: true }, _))))
+            }
+            () = watch_rss(self.child.id(), limit) => false,
+        }
+    }
+
+    /// Whether any byte is waiting on stdout or stderr between jobs, or
+    /// comes within `wait`.
+    async fn wrote_outside_a_job(&mut self, wait: Duration) -> bool {
+        let (mut out_byte, mut err_byte) = ([0u8; 1], [0u8; 1]);
+        // A timeout polls its future once before it looks at the clock.
+        let (out, err) = tokio::join!(
+            tokio::time::timeout(wait, self.stdout.read(&mut out_byte)),
+            tokio::time::timeout(wait, self.stderr.read(&mut err_byte)),
+        );
         // A byte, or a stream closed: either way not fit.
         out.is_ok() || err.is_ok()
     }
@@ -555,6 +597,8 @@ impl SharedChild {
         // job no egress: it is replaced (a session keeps its child).
         let reusable =
             if in_session { finished } else { reusable && self.jobs < MAX_JOBS_PER_CHILD && !self.egress.is_broken() };
+        // A Python job's harness collects its realm after its end.
+        self.retiring = finished && !in_session && self.kind == Kind::Python;
         if let Some((kept, truncated)) = files {
             let valid = kept.len() <= MAX_RETURN_FILES && kept.iter().all(|f| InputFile::check_path(&f.path).is_ok());
             (outcome.files, outcome.files_truncated) = if valid { (kept, truncated) } else { (Vec::new(), true) };
@@ -585,11 +629,11 @@ impl SharedChild {
         let cpu_before = std::sync::Mutex::new(if bounds.from_start { None } else { pid.and_then(cpu_time) });
         // Taken at the harness's `ran` report, where it sends one.
         let cpu_ran = std::sync::Mutex::new(None);
-        let usage = |reported, cleanup| {
+        let usage = |reported| {
             let memory = *before.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
             let cpu = *cpu_before.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
             let ran = *cpu_ran.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-            Usage::since(pid, memory, cpu, ran, cleanup, reported)
+            Usage::since(pid, memory, cpu, ran, reported)
         };
         let send_limit = PIPE_TIMEOUT + Duration::from_secs(bytes.len() as u64 >> 24);
         let sent_at = Instant::now();
@@ -628,9 +672,10 @@ impl SharedChild {
                     Ok((Report::Files { files: kept, truncated }, _)) => files = Some((kept, truncated)),
                     Ok((Report::Checkpoint { .. }, bytes)) => data = bytes,
                     Ok((end @ Report::End { .. }, _)) => return (Ok(end), files, data),
-                    Ok((Report::Ready, _)) => {
+                    Ok((report @ (Report::Ready | Report::Retired { .. }), _)) => {
                         kill_group(child);
-                        return (Err(ChannelError::Malformed("a second ready".into())), files, data);
+                        let unexpected = format!("{report:?} during a job");
+                        return (Err(ChannelError::Malformed(unexpected)), files, data);
                     }
                     Err(e) => {
                         // Its pipes close now, so the output readers finish.
@@ -660,7 +705,7 @@ impl SharedChild {
             Ok(all) => all,
             Err(ending) => {
                 // Measured while the child still has its memory.
-                let usage = usage(None, None);
+                let usage = usage(None);
                 kill_group(&self.child);
                 let out = tokio::time::timeout(DRAIN_TIMEOUT, &mut out).await.unwrap_or_default();
                 let err = tokio::time::timeout(DRAIN_TIMEOUT, &mut err).await.unwrap_or_default();
@@ -670,13 +715,11 @@ impl SharedChild {
             }
         };
         let duration = since(&started, sent_at);
-        let (reported, cleanup) = match &end {
-            Ok(Report::End { memory_bytes, cleanup_cpu_us, .. }) => {
-                (*memory_bytes, cleanup_cpu_us.map(Duration::from_micros))
-            }
-            _ => (None, None),
+        let reported = match &end {
+            Ok(Report::End { memory_bytes, .. }) => *memory_bytes,
+            _ => None,
         };
-        let usage = usage(reported, cleanup);
+        let usage = usage(reported);
         // Output after a marker was written outside any job.
         let stray = !out_rest.is_some_and(|rest| rest.is_empty()) || !err_rest.is_some_and(|rest| rest.is_empty());
         let ending = match end {
