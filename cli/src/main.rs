@@ -65,8 +65,8 @@ enum Command {
     /// then a summary by status and verdict on stderr.
     Batch {
         file: PathBuf,
-        /// Run every job in the token's long-lived children, JavaScript and
-        /// TypeScript too (by default only Python jobs are).
+        /// Run every job in the token's long-lived children, JavaScript too
+        /// (by default only Python and TypeScript jobs are).
         #[arg(long, conflicts_with = "no_shared_runtime")]
         shared_runtime: bool,
         /// Run every job in a fresh child of its own, Python too.

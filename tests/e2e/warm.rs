@@ -1,7 +1,7 @@
-//! Warm children: a token's Python jobs run in its own long-lived children
-//! by default, whatever surface sent them, unless a job asks for a fresh
-//! child (`shared_runtime: false`); JavaScript and TypeScript only when
-//! they ask (`true`). Which child a job ran in is observed twice over: the
+//! Warm children: a token's Python and TypeScript jobs run in its own
+//! long-lived children by default, whatever surface sent them, unless a job
+//! asks for a fresh child (`shared_runtime: false`); JavaScript only when
+//! it asks (`true`). Which child a job ran in is observed twice over: the
 //! result's `warm` flag, which the worker sets from whether the child had
 //! already run a job, and the pid the program prints. That a child never
 //! serves two tokens is in `tenancy.rs`.
@@ -20,6 +20,12 @@ fn python(extra: Value) -> Value {
 
 fn javascript(extra: Value) -> Value {
     let mut job = json!({ "language": "javascript", "code": JS_PID });
+    job.as_object_mut().expect("object").extend(extra.as_object().cloned().unwrap_or_default());
+    job
+}
+
+fn typescript(extra: Value) -> Value {
+    let mut job = json!({ "language": "typescript", "code": "const pid: number = Deno.pid;\nconsole.log(pid);" });
     job.as_object_mut().expect("object").extend(extra.as_object().cloned().unwrap_or_default());
     job
 }
@@ -44,7 +50,7 @@ async fn post(api: &Api, path: &str, body: &Value) -> (u16, Value) {
 }
 
 #[tokio::test]
-async fn python_jobs_are_warm_from_the_second_on_unless_they_opt_out() {
+async fn python_and_typescript_jobs_are_warm_from_the_second_on_unless_they_opt_out() {
     // One slot, and idle children kept long enough for a slow machine.
     let stack = Stack::start(&[("RUNBOX_WORKER_CONCURRENCY", "1"), ("RUNBOX_WARM_IDLE_MS", "60000")]).await;
     let api = &stack.api;
@@ -77,6 +83,14 @@ async fn python_jobs_are_warm_from_the_second_on_unless_they_opt_out() {
     assert_warm_in(&run_as(api, ALICE, &javascript(json!({ "shared_runtime": true }))).await, js, "asked again");
     let with_stdin = javascript(json!({ "shared_runtime": true, "stdin": "x" }));
     assert_fresh(&run_as(api, ALICE, &with_stdin).await, &[js], "a JS job with stdin");
+
+    // TypeScript: warm from the second job without the flag (in the JS
+    // harness's children, which the JS jobs above left warm), fresh when
+    // it opts out or has stdin.
+    assert_warm_in(&run_as(api, ALICE, &typescript(json!({}))).await, js, "a TS job");
+    assert_warm_in(&run_as(api, ALICE, &typescript(json!({}))).await, js, "the next TS job");
+    assert_fresh(&run_as(api, ALICE, &typescript(json!({ "shared_runtime": false }))).await, &[js], "opted out");
+    assert_fresh(&run_as(api, ALICE, &typescript(json!({ "stdin": "x" }))).await, &[js], "a TS job with stdin");
 
     // Bad values, and the flag on a batch's job, which the batch sets.
     for bad in [json!("yes"), json!(1), json!([])] {

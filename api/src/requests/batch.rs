@@ -53,8 +53,9 @@ pub struct JobsBatch {
     /// Cancel the jobs still queued once one fails.
     stop_on_first_failure: Option<bool>,
     /// Where the jobs run, as a job's `shared_runtime` says: absent, Python
-    /// jobs in the caller's long-lived children and the others in fresh
-    /// children; `true`, every job in the caller's long-lived children;
+    /// and TypeScript jobs in the caller's long-lived children and
+    /// JavaScript jobs in fresh children; `true`, every job in the caller's
+    /// long-lived children;
     /// `false`, every job in a fresh child of its own.
     shared_runtime: Option<bool>,
     /// Where to POST the finished batch, signed; as a job's `callback_url`.

@@ -78,10 +78,11 @@ program_body! {
         /// resolve to public addresses (or ones RUNBOX_CALLBACK_ALLOW allows).
         #[schema(format = "uri")]
         pub callback_url: Option<String>,
-        /// Where the job runs. Absent: Python in one of the caller's long-lived
-        /// children, which other jobs of the caller's ran in before, each in a
-        /// fresh interpreter (never another token's); JavaScript and TypeScript
-        /// in a fresh child. `false`: a fresh child of its own. `true`: the
+        /// Where the job runs. Absent: Python and TypeScript in one of the
+        /// caller's long-lived children, which other jobs of the caller's ran
+        /// in before, each in a fresh interpreter or Worker (never another
+        /// token's); JavaScript in a fresh child. `false`: a fresh child of its
+        /// own. `true`: the
         /// caller's long-lived children in any language (a JavaScript or
         /// TypeScript job with `stdin`, `files` or `return_files` still gets a
         /// fresh child).
@@ -243,15 +244,19 @@ impl Program {
 /// lane whose key is the owner, so no two owners ever share a child), or
 /// in a fresh child of its own (None).
 ///
-/// Python runs in the owner's children unless the client says
-/// `shared_runtime: false`: a fresh Pyodide costs about 0.4 CPU-s, a warm
-/// child's next interpreter much less. JavaScript and TypeScript run in a
-/// fresh child unless the client asks (`true`): a fresh JS child costs
-/// about 40 ms of CPU, so the lane saves little there, and it changes how a
-/// JS program's stdin and files reach it (the worker keeps such jobs in a
-/// fresh child whatever is asked). A session's steps never take a lane.
+/// Python and TypeScript run in the owner's children unless the client
+/// says `shared_runtime: false`: a fresh Pyodide costs about 0.4 CPU-s, a
+/// warm child's next interpreter much less; a fresh child transpiling
+/// TypeScript cost about three times what a Worker of a warm child does
+/// (MBTSP, one request per program). JavaScript runs in a fresh child
+/// unless the client asks (`true`): a fresh JS child costs about 40 ms of
+/// CPU, so the lane saved a tenth (MBJSP the same way), and a Worker ends
+/// one way differently (a top-level `await` that never settles runs to the
+/// timeout). Jobs with stdin or files stay in a fresh child whatever is
+/// asked (see the worker's `SharedLane::takes`). A session's steps never
+/// take a lane.
 pub fn lane(spec: &JobSpec, asked: Option<bool>, owner: &str) -> Option<String> {
-    let shared = asked.unwrap_or(spec.language == Language::Python);
+    let shared = asked.unwrap_or(matches!(spec.language, Language::Python | Language::Typescript));
     (shared && spec.session.is_none()).then(|| owner.to_owned())
 }
 

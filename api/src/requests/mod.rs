@@ -306,7 +306,7 @@ mod tests {
     }
 
     #[test]
-    fn python_runs_in_its_owners_children_unless_it_opts_out() {
+    fn python_and_typescript_run_in_their_owners_children_unless_they_opt_out() {
         let lane_of = |body: &str| {
             let (program, _, shared_runtime) = parse::<JobRequest>(body.as_bytes()).expect("parses").split();
             lane(&program.validate(&ApiLimits::default()).expect("valid"), shared_runtime, "alice")
@@ -316,6 +316,8 @@ mod tests {
         assert_eq!(lane_of(r#"{"language":"py","code":"1","shared_runtime":true}"#).as_deref(), Some("alice"));
         assert_eq!(lane_of(r#"{"language":"py","code":"1","shared_runtime":false}"#), None);
         assert_eq!(lane_of(r#"{"language":"js","code":"1"}"#), None);
+        assert_eq!(lane_of(r#"{"language":"js","code":"1","shared_runtime":true}"#).as_deref(), Some("alice"));
+        assert_eq!(lane_of(r#"{"language":"ts","code":"1"}"#).as_deref(), Some("alice"));
         assert_eq!(lane_of(r#"{"language":"ts","code":"1","shared_runtime":false}"#), None);
         assert_eq!(lane_of(r#"{"language":"ts","code":"1","shared_runtime":true}"#).as_deref(), Some("alice"));
         let mut step = job(r#"{"language":"py","code":"1"}"#).expect("valid");
