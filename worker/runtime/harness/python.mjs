@@ -259,14 +259,19 @@ async function serveShared() {
     }
     endOutput(frame.nonce);
     // The job's result goes out now; its realm is collected after, while
-    // the runner waits for `retired` before it sends this child another job.
+    // the runner waits for `retired` before it sends this child another
+    // job, and ends the child if that does not come in time.
     channel.report({ kind: "end", status, clean: fingerprint.isClean(), memory_bytes: memoryBytes });
     // Nothing of the job's may outlive it (see `collected`).
     const retired = realm;
     realm = null;
-    channel.report({ kind: "retired", clean: (await collected(retired)) && fingerprint.isClean() });
-    // The next job's realm is built now, between jobs.
-    next = await newRealm(assets);
+    const clean = (await collected(retired)) && fingerprint.isClean();
+    // The next job's realm is built now, between jobs, and before the
+    // report, so that the runner counts it in the child's memory before
+    // the next job and not as that job's.
+    if (clean) next = await newRealm(assets);
+    channel.report({ kind: "retired", clean });
+    if (!clean) return await new Promise(() => {});
   }
 }
 

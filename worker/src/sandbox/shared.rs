@@ -118,10 +118,23 @@ const MAX_PYTHON_JOBS_PER_CHILD: u32 = 1000;
 /// its own).
 const STRAY_WAIT: Duration = Duration::from_millis(2);
 
-/// How long a Python child may take to collect its last job's realm (see
-/// [`Report::Retired`]) once it is wanted for the next; it usually has
-/// by then, in a few tens of milliseconds.
-const RETIRE_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long after a Python job's end its child may take to collect the
+/// job's realm (see [`Report::Retired`]) and build the next: the rest of
+/// the job's time limit, within these bounds. What the job left pending
+/// runs there (and the child is then replaced), so a job's code ends with
+/// its time limit, or at most this long after its end; the collection and
+/// the build usually take a few tens of milliseconds.
+const RETIRE_WITHIN: (Duration, Duration) = (Duration::from_millis(500), Duration::from_secs(2));
+
+/// How long V8 may go on working on a child's behalf once its harness has
+/// retired the last job (a job's wasm compiled in the background, say):
+/// the next job waits for it to end, so that none of it is counted in that
+/// job's time, CPU or memory, and past this the child is replaced.
+const QUIET_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// CPU a settled child may use, all threads, over [`QUIET_WINDOW`].
+const QUIET_CPU: Duration = Duration::from_millis(1);
+const QUIET_WINDOW: Duration = Duration::from_millis(5);
 
 /// How long to wait for the output pipes to close once a child is killed.
 pub(super) const DRAIN_TIMEOUT: Duration = Duration::from_secs(2);
@@ -321,15 +334,16 @@ pub(super) struct SharedChild {
     pub(super) child: Child,
     stdout: ChildStdout,
     stderr: ChildStderr,
-    channel: Channel,
+    /// Also read by [`settle`] between jobs.
+    channel: Arc<tokio::sync::Mutex<Channel>>,
     /// The owner whose jobs this child runs: none until its first job.
     lane: Option<String>,
     pub(super) kind: Kind,
     /// Jobs it has run.
     jobs: u32,
-    /// A Python job's result went out before its realm was collected: the
-    /// harness's `retired` report is still to be read (see [`SharedChild::is_clean`]).
-    retiring: bool,
+    /// After a Python job, whose result goes out before its realm is
+    /// collected: whether the child has settled clean (see [`settle`]).
+    retiring: Option<tokio::task::JoinHandle<bool>>,
     /// Resident bytes once booted, and what a job may leave on top of that
     /// (see [`SharedChild::is_clean`]).
     resident_at_boot: u64,
@@ -338,6 +352,16 @@ pub(super) struct SharedChild {
     egress: Link,
     /// The child's private directory; removed when this is dropped.
     _dir: TempDir,
+}
+
+impl Drop for SharedChild {
+    /// A child being dropped was killed, or is being: its settling, which
+    /// would kill it by its process group, stops first.
+    fn drop(&mut self) {
+        if let Some(settling) = self.retiring.take() {
+            settling.abort();
+        }
+    }
 }
 
 /// How a job (or a session's step) in a shared child ended, before it is an [`Outcome`].
@@ -438,11 +462,11 @@ impl SharedChild {
             child,
             stdout,
             stderr,
-            channel,
+            channel: Arc::new(tokio::sync::Mutex::new(channel)),
             lane: None,
             kind,
             jobs: 0,
-            retiring: false,
+            retiring: None,
             resident_at_boot,
             leftover_allowance,
             egress,
@@ -467,13 +491,14 @@ impl SharedChild {
     async fn is_clean(&mut self) -> bool {
         // What the job wrote is in the pipes before the harness reports
         // `retired`, so after that report nothing is in flight to wait for.
-        let stray_wait = if std::mem::take(&mut self.retiring) {
-            if !self.retired().await {
-                return false;
+        let stray_wait = match self.retiring.take() {
+            Some(settling) => {
+                if !settling.await.unwrap_or(false) {
+                    return false;
+                }
+                Duration::ZERO
             }
-            Duration::ZERO
-        } else {
-            STRAY_WAIT
+            None => STRAY_WAIT,
         };
         let started = Instant::now();
         loop {
@@ -489,19 +514,6 @@ impl SharedChild {
         }
         let resident = self.child.id().and_then(MemorySample::of).map_or(u64::MAX, |sample| sample.resident);
         resident <= self.resident_at_boot.saturating_add(self.leftover_allowance)
-    }
-
-    /// Whether the harness says the last job's realm is gone, with nothing
-    /// of the job's run since its end, within [`RETIRE_TIMEOUT`] and
-    /// without the child's memory going past what a job may leave behind.
-    async fn retired(&mut self) -> bool {
-        let limit = self.resident_at_boot.saturating_add(self.leftover_allowance);
-        tokio::select! {
-            report = tokio::time::timeout(RETIRE_TIMEOUT, self.channel.report(0)) => {
-                matches!(report, Ok(Ok((Report::Retired { clean: true }, _))))
-            }
-            () = watch_rss(self.child.id(), limit) => false,
-        }
     }
 
     /// Whether any byte is waiting on stdout or stderr between jobs, or
@@ -615,7 +627,11 @@ impl SharedChild {
             reusable && self.jobs < self.kind.max_jobs() && !self.egress.is_broken()
         };
         // A Python job's harness collects its realm after its end.
-        self.retiring = finished && !in_session && self.kind == Kind::Python;
+        if reusable && !in_session && self.kind == Kind::Python {
+            let within = timeout.saturating_sub(duration).clamp(RETIRE_WITHIN.0, RETIRE_WITHIN.1);
+            let limit = (u64::from(memory_mb) + RUNTIME_RSS_ALLOWANCE_MB + GARBAGE_ALLOWANCE_MB) << 20;
+            self.retiring = Some(tokio::spawn(settle(self.channel.clone(), self.child.id(), within, limit)));
+        }
         if let Some((kept, truncated)) = files {
             let valid = kept.len() <= MAX_RETURN_FILES && kept.iter().all(|f| InputFile::check_path(&f.path).is_ok());
             (outcome.files, outcome.files_truncated) = if valid { (kept, truncated) } else { (Vec::new(), true) };
@@ -654,7 +670,8 @@ impl SharedChild {
         };
         let send_limit = PIPE_TIMEOUT + Duration::from_secs(bytes.len() as u64 >> 24);
         let sent_at = Instant::now();
-        let sent = tokio::time::timeout(send_limit, self.channel.send(frame, bytes)).await;
+        let mut channel = self.channel.lock().await;
+        let sent = tokio::time::timeout(send_limit, channel.send(frame, bytes)).await;
         if !matches!(sent, Ok(Ok(()))) {
             kill_group(&self.child);
             return Exchange {
@@ -668,7 +685,6 @@ impl SharedChild {
             };
         }
         let child = &self.child;
-        let channel = &mut self.channel;
         let started = std::sync::Mutex::new(if bounds.from_start { None } else { Some(sent_at) });
         let started_now = tokio::sync::Notify::new();
         let reports = async {
@@ -795,6 +811,65 @@ impl SharedChild {
         };
         (outcome(spec, status, exit_code, signal, &stdout, &stderr, duration), reusable)
     }
+}
+
+/// Whether a Python child has settled clean after its last job: its harness
+/// reports the job's realm retired clean (see [`Report::Retired`]) within
+/// `within` of the job's end, and V8 then stops working on the child's
+/// behalf within [`QUIET_TIMEOUT`], with the child's resident memory under
+/// `rss_limit` throughout. Otherwise the child is killed here, at once,
+/// whether or not a job wants it: what a job left running ends with it.
+async fn settle(channel: Arc<tokio::sync::Mutex<Channel>>, pid: Option<u32>, within: Duration, rss_limit: u64) -> bool {
+    let settled = async {
+        let mut channel = channel.lock().await;
+        let retired = tokio::time::timeout(within, channel.report(0)).await;
+        matches!(retired, Ok(Ok((Report::Retired { clean: true }, _))))
+            && tokio::time::timeout(QUIET_TIMEOUT, quiet(pid)).await.is_ok()
+    };
+    let clean = tokio::select! {
+        clean = settled => clean,
+        () = watch_rss(pid, rss_limit) => false,
+    };
+    if !clean && let Some(pid) = pid.and_then(|pid| i32::try_from(pid).ok()) {
+        let _ = nix::sys::signal::killpg(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
+    }
+    clean
+}
+
+/// Returns once process `pid` is idle: over a [`QUIET_WINDOW`] its threads
+/// used less than [`QUIET_CPU`] in all, and at either end none was running
+/// or waiting to run. Then its harness waits for a frame and V8 has nothing
+/// left to do on its threads (a collection's last sweeping ends within
+/// milliseconds; a background compile a job started may take seconds, and
+/// on a busy machine wait its turn on a core, runnable but not running).
+async fn quiet(pid: Option<u32>) {
+    let Some(pid) = pid else { return };
+    let mut last = threads_at_work(pid);
+    loop {
+        tokio::time::sleep(QUIET_WINDOW).await;
+        let now = threads_at_work(pid);
+        if !last.1 && !now.1 && now.0.saturating_sub(last.0) < QUIET_CPU {
+            return;
+        }
+        last = now;
+    }
+}
+
+/// The time process `pid`'s threads have run on a CPU, from the
+/// scheduler's count in nanoseconds (`/proc/<pid>/task/*/schedstat`,
+/// finer than the clock ticks of `stat`), and whether any of them is
+/// running or runnable now (state `R`).
+fn threads_at_work(pid: u32) -> (Duration, bool) {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return (Duration::ZERO, false) };
+    let (mut nanos, mut runnable) = (0u64, false);
+    for task in tasks.flatten() {
+        let schedstat = std::fs::read_to_string(task.path().join("schedstat")).unwrap_or_default();
+        nanos += schedstat.split_whitespace().next().and_then(|n| n.parse::<u64>().ok()).unwrap_or(0);
+        let stat = std::fs::read_to_string(task.path().join("stat")).unwrap_or_default();
+        // The state follows the command name, which is in parentheses.
+        runnable |= stat.rsplit_once(')').is_some_and(|(_, rest)| rest.trim_start().starts_with('R'));
+    }
+    (Duration::from_nanos(nanos), runnable)
 }
 
 /// Time since the job started, or since `sent` if it never did.
