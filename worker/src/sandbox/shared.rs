@@ -133,8 +133,8 @@ const RETIRE_WITHIN: (Duration, Duration) = (Duration::from_millis(500), Duratio
 const QUIET_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// CPU a settled child may use, all threads, over [`QUIET_WINDOW`].
-const QUIET_CPU: Duration = Duration::from_millis(1);
-const QUIET_WINDOW: Duration = Duration::from_millis(5);
+const QUIET_CPU: Duration = Duration::from_micros(400);
+const QUIET_WINDOW: Duration = Duration::from_millis(2);
 
 /// How long to wait for the output pipes to close once a child is killed.
 pub(super) const DRAIN_TIMEOUT: Duration = Duration::from_secs(2);
