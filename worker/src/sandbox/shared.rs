@@ -12,8 +12,8 @@
 //! and the snapshot, booted between jobs: a fresh realm, interpreter,
 //! `__main__` and in-memory file system. A job's result goes out as soon
 //! as it has run; V8 must then free its realm, with nothing of the job's
-//! run since, before the child takes another job (see
-//! `runtime/harness/python.mjs` and `python-realms.mjs`). A shared
+//! run since, and the child go idle, before it takes another job (see
+//! [`settle`], `runtime/harness/python.mjs` and `python-realms.mjs`). A shared
 //! JS child runs each job in a fresh Worker instead of a fresh process
 //! (see `runtime/harness/js.mjs`); jobs with stdin or files stay in the
 //! default lane (see [`SharedLane::takes`]).
@@ -479,10 +479,9 @@ impl SharedChild {
         matches!(self.child.try_wait(), Ok(None))
     }
 
-    /// Fit for the next job: the last Python job's realm collected, with
-    /// nothing of that job's run since its end (the harness's `retired`
-    /// report, waited for here, not on the path of the job's result);
-    /// alive, with only the runtime's own threads once terminated Workers'
+    /// Fit for the next job: settled after the last Python job (see
+    /// [`settle`], whose task is waited for here, not on the path of the
+    /// job's result); alive, with only the runtime's own threads once terminated Workers'
     /// threads have had [`WORKER_THREAD_EXIT`] to go; nothing written on
     /// stdout or stderr since the last job ended (a job that went on after
     /// its Worker was terminated); and not holding more memory than a job
