@@ -184,6 +184,8 @@ mod tests {
     #[tokio::test]
     async fn reads_each_kind_of_report() {
         assert_eq!(read(b"{\"kind\":\"ready\"}\n", 0).await.expect("ready").0, Report::Ready);
+        let retired = read(b"{\"kind\":\"retired\",\"clean\":true}\n", 0).await.expect("retired").0;
+        assert_eq!(retired, Report::Retired { clean: true });
         let (report, bytes) = read(b"{\"kind\":\"checkpoint\",\"bytes\":3}\nabcrest", 10).await.expect("checkpoint");
         assert_eq!((report, bytes.as_slice()), (Report::Checkpoint { bytes: 3 }, &b"abc"[..]));
         let (report, _) = read(b"{\"kind\":\"end\",\"status\":3,\"memory\":true}\n", 0).await.expect("end");
