@@ -749,7 +749,13 @@ pub(super) fn classify(exit: ExitStatus, stderr: &Captured) -> (Status, Option<i
 /// (it was spawned with `process_group(0)`), and it is only called while the
 /// child is not yet reaped, so the id cannot have been reused.
 pub(super) fn kill_group(child: &Child) {
-    if let Some(pid) = child.id().and_then(|id| i32::try_from(id).ok()) {
+    kill_group_of(child.id());
+}
+
+/// [`kill_group`] by the child's pid, for a task that does not hold the
+/// child; the same rule holds: only while the child is not yet reaped.
+pub(super) fn kill_group_of(pid: Option<u32>) {
+    if let Some(pid) = pid.and_then(|id| i32::try_from(id).ok()) {
         let _ = killpg(Pid::from_raw(pid), Signal::SIGKILL);
     }
 }

@@ -60,7 +60,8 @@ use tokio_util::sync::CancellationToken;
 use super::channel::{Channel, ChannelError, ChannelPaths, Report};
 use super::child::{
     BOOT_TIMEOUT, Frame, MemorySample, RUNTIME_RSS_ALLOWANCE_MB, ReturnFrame, Usage, classify, confirms_out_of_memory,
-    cpu_time, egress_link, give_to_child, hold_to_own_cap, job_dir, kill_group, outcome, rss_limit, watch_rss,
+    cpu_time, egress_link, give_to_child, hold_to_own_cap, job_dir, kill_group, kill_group_of, outcome, rss_limit,
+    watch_rss,
 };
 use super::command::{ChildMode, deno_command};
 use super::live::Live;
@@ -628,7 +629,7 @@ impl SharedChild {
         // A Python job's harness collects its realm after its end.
         if reusable && !in_session && self.kind == Kind::Python {
             let within = timeout.saturating_sub(duration).clamp(RETIRE_WITHIN.0, RETIRE_WITHIN.1);
-            let limit = (u64::from(memory_mb) + RUNTIME_RSS_ALLOWANCE_MB + GARBAGE_ALLOWANCE_MB) << 20;
+            let limit = rss_limit(memory_mb, RUNTIME_RSS_ALLOWANCE_MB + GARBAGE_ALLOWANCE_MB, memory_mb, None);
             self.retiring = Some(tokio::spawn(settle(self.channel.clone(), self.child.id(), within, limit)));
         }
         if let Some((kept, truncated)) = files {
@@ -829,8 +830,8 @@ async fn settle(channel: Arc<tokio::sync::Mutex<Channel>>, pid: Option<u32>, wit
         clean = settled => clean,
         () = watch_rss(pid, rss_limit) => false,
     };
-    if !clean && let Some(pid) = pid.and_then(|pid| i32::try_from(pid).ok()) {
-        let _ = nix::sys::signal::killpg(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
+    if !clean {
+        kill_group_of(pid);
     }
     clean
 }
