@@ -31,11 +31,9 @@ impl Upstreams {
         let path = |name: &str| dir.path().join(name).to_str().expect("utf-8").to_owned();
         test_certificates(dir.path());
         std::fs::create_dir(path("files")).expect("files dir");
-        let (http, https) = (free_port(), free_port());
         let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("e2e/upstream.py");
         let mut process = tokio::process::Command::new("python3")
             .arg(script)
-            .args(["--http", &http.to_string(), "--https", &https.to_string()])
             .args(["--cert", &path("server.pem"), "--key", &path("server.key")])
             .args(["--log", &path("received.jsonl"), "--files", &path("files")])
             .stdout(Stdio::piped())
@@ -44,7 +42,14 @@ impl Upstreams {
             .expect("upstream.py");
         let mut lines = BufReader::new(process.stdout.take().expect("stdout")).lines();
         let ready = tokio::time::timeout(Duration::from_secs(20), lines.next_line()).await;
-        assert!(matches!(ready, Ok(Ok(Some(ref line))) if line == "listening"), "upstream did not start: {ready:?}");
+        // "listening HTTP_PORT HTTPS_PORT": the ports the servers bound.
+        let ports = match &ready {
+            Ok(Ok(Some(line))) => line.strip_prefix("listening ").and_then(|ports| ports.split_once(' ')),
+            _ => None,
+        };
+        let (http, https) = ports
+            .and_then(|(http, https)| Some((http.parse().ok()?, https.parse().ok()?)))
+            .unwrap_or_else(|| panic!("upstream did not start: {ready:?}"));
         Upstreams { http, https, dir, _process: process }
     }
 

@@ -3,7 +3,11 @@
 loopback, each logging every request it gets (method, path, headers,
 body) as a line of JSON, so a test can see exactly what left runbox.
 
-    upstream.py --http PORT --https PORT --cert PEM --key PEM --log FILE --files DIR
+    upstream.py --cert PEM --key PEM --log FILE --files DIR
+
+Each server binds a port the kernel picks, so no other process can take it
+between choosing and binding; once both listen it prints one line,
+`listening HTTP_PORT HTTPS_PORT`.
 
 Routes, on both:
     /echo          200, the request as JSON
@@ -129,19 +133,17 @@ def write_index(files_dir):
 
 def main():
     parser = argparse.ArgumentParser()
-    for name in ["--http", "--https"]:
-        parser.add_argument(name, type=int, required=True)
     for name in ["--cert", "--key", "--log", "--files"]:
         parser.add_argument(name, required=True)
     args = parser.parse_args()
     write_index(args.files)
-    plain = ThreadingHTTPServer(("127.0.0.1", args.http), handler(args.log, args.files, "http"))
-    secure = ThreadingHTTPServer(("127.0.0.1", args.https), handler(args.log, args.files, "https"))
+    plain = ThreadingHTTPServer(("127.0.0.1", 0), handler(args.log, args.files, "http"))
+    secure = ThreadingHTTPServer(("127.0.0.1", 0), handler(args.log, args.files, "https"))
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.load_cert_chain(args.cert, args.key)
     secure.socket = context.wrap_socket(secure.socket, server_side=True)
     threading.Thread(target=secure.serve_forever, daemon=True).start()
-    print("listening", flush=True)
+    print("listening", plain.server_address[1], secure.server_address[1], flush=True)
     plain.serve_forever()
 
 
