@@ -53,6 +53,10 @@
     // so a job could leave work for the next job's time. No other thread
     // shares this realm's memory, so there is nothing to wait for anyway.
     delete Atomics.waitAsync;
+    // A shared child starts with V8's `gc` exposed (python-realms.mjs), so
+    // every context gets one, which cannot be deleted: a forced full
+    // collection is the harness's to call, between jobs.
+    if (Object.hasOwn(realm, "gc")) Object.defineProperty(realm, "gc", { value: undefined, writable: false });
   }
 
   /** `f` with any error replaced by one of this realm: see above. */
@@ -73,6 +77,8 @@
   const startTimer = guard(host.startTimer);
   const instantiate = guard(host.instantiate);
   const restoreMemory = guard(host.restoreMemory);
+  const symbolSlot = guard(host.symbolSlot);
+  const symbolAddress = guard(host.symbolAddress);
   const finish = guard(host.finish);
   const fetchStart = guard(host.fetchStart);
   const fetchBody = guard(host.fetchBody);
@@ -176,7 +182,7 @@
    * header and JSON, which Pyodide reads; `size` the whole snapshot's;
    * `packagesZip` where the runtime's packages go, on sys.path).
    */
-  async function boot({ memoryMb, lock, header, size, runner, packagesZip, tableLayout, packagesUrl }) {
+  async function boot({ memoryMb, lock, header, size, runner, packagesZip, tableSize, packagesUrl }) {
     capWasmMemory(memoryMb);
     const wasm = WebAssembly;
     const original = wasm.instantiate;
@@ -194,20 +200,48 @@
     realm.__runboxRestore = (heap) => {
       restoreMemory(heap.buffer);
     };
-    // The exports relocated as Emscripten's relocateExports does, and the
-    // table slots its updateGOT would have given them filled, in the same
-    // order, without the GOT entries (see the patches in python-realms.mjs).
-    realm.__runboxRelocate = (exports, memoryBase, table) => {
+    // The exports relocated as Emscripten's relocateExports does, without
+    // the GOT entries (see the patches in python-realms.mjs). The table
+    // slots its updateGOT would have given them are filled already, by the
+    // instantiation: the table must still end where they do.
+    let memoryBase = 0;
+    realm.__runboxRelocate = (exports, base, table) => {
+      if (table.length !== tableSize) throw new Error(`runbox: the table has ${table.length} slots, not ${tableSize}`);
+      memoryBase = base;
       const relocated = {};
       for (const name in exports) {
         const value = exports[name];
-        relocated[name] = typeof value === "object" ? value.value + memoryBase : value;
+        relocated[name] = typeof value === "object" ? value.value + base : value;
       }
-      const layout = JSON.parse(tableLayout);
-      let slot = table.length;
-      table.grow(layout.length);
-      for (const name of layout) table.set(slot++, exports[name]);
       return relocated;
+    };
+    // The module's symbols: its exports, and those it no longer exports
+    // (pyodide-wasm.mjs), each added to them when first asked for, as the
+    // function in its table slot or the address of its data.
+    realm.__runboxSymbols = (exports, table) => {
+      const find = (name) => {
+        if (typeof name !== "string" || Object.hasOwn(exports, name)) return;
+        const slot = symbolSlot(name);
+        if (slot >= 0) exports[name] = table.get(slot);
+        else {
+          const address = symbolAddress(name);
+          if (address >= 0) exports[name] = address + memoryBase;
+        }
+      };
+      return new Proxy(exports, {
+        get(target, name, receiver) {
+          find(name);
+          return Reflect.get(target, name, receiver);
+        },
+        has(target, name) {
+          find(name);
+          return Reflect.has(target, name);
+        },
+        getOwnPropertyDescriptor(target, name) {
+          find(name);
+          return Reflect.getOwnPropertyDescriptor(target, name);
+        },
+      });
     };
     let pyodide;
     try {
@@ -223,6 +257,7 @@
       wasm.instantiate = original;
       delete realm.__runboxRestore;
       delete realm.__runboxRelocate;
+      delete realm.__runboxSymbols;
       delete realm.loadPyodide;
     }
     pyodide._api.config._loadSnapshot = undefined;

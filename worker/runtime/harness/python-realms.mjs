@@ -21,6 +21,7 @@ import v8 from "node:v8";
 import vm from "node:vm";
 
 import { PACKAGES_ZIP, readPackages } from "./pyodide.mjs";
+import { dylinkStub, linkModule } from "./pyodide-wasm.mjs";
 import { writeAll } from "./protocol.mjs";
 
 const apply = Reflect.apply;
@@ -43,10 +44,17 @@ const memoryBuffer = Object.getOwnPropertyDescriptor(WebAssembly.Memory.prototyp
 const bufferLength = Object.getOwnPropertyDescriptor(ArrayBuffer.prototype, "byteLength").get;
 const heapStatistics = v8.getHeapStatistics;
 const getRandomValues = crypto.getRandomValues.bind(crypto);
-// V8's full collection, taken from a context made while the flag that
-// exposes it is on; it is off again before any job's realm is made.
+// Two full collections. The thorough one is taken from a context made
+// while the flag that exposes it is on (it is off again before any job's
+// realm is made); it compacts the heap to its smallest, two memory-reducing
+// mark-compacts or more. A shared child starts with --expose-gc
+// (command.rs), which gives this realm V8's own as well: one mark-compact,
+// about half the CPU. Every context made after it has a `gc` too, which
+// python-realm.js takes from a job's realm before any program runs.
+const ownCollect = globalThis.gc;
+globalThis.gc = undefined;
 v8.setFlagsFromString("--expose-gc");
-const collect = vm.runInNewContext("gc");
+const thoroughCollect = vm.runInNewContext("gc");
 v8.setFlagsFromString("--no-expose-gc");
 
 /** Pyodide's Emscripten script and loader, changed where a realm needs it. */
@@ -102,18 +110,21 @@ const PATCHES = [
     // GOT with a table slot of its own, which only a side module's link
     // or dlsym would read: both resolve a symbol through wasmImports (see
     // the next patch) and give a function its slot when they first ask.
-    // The slots updateGOT would have given the exports are still filled
-    // in the same order, from a list the harness reads off the module
-    // (`tableLayout`): the memory snapshot holds function pointers into them.
+    // The slots updateGOT would have given the exports are still filled,
+    // in the same order, by the instantiation itself (pyodide-wasm.mjs
+    // adds them to the module's element segments): the memory snapshot
+    // holds function pointers into them.
     find: /wasmExports=relocateExports\(wasmExports,1024\);/,
     replace: "wasmExports=__runboxRelocate(wasmExports,1024,wasmTable);",
   },
   {
     file: "pyodide.asm.js",
-    // wasmImports resolves every export it does not define itself, as
-    // mergeLibSymbols made it do by copying all 9,708, through its prototype.
+    // wasmImports resolves every symbol of the main module it does not
+    // define itself, as mergeLibSymbols made it do by copying all 9,708,
+    // through its prototype: the exports, then the symbols the module no
+    // longer exports (pyodide-wasm.mjs), each found when first asked for.
     find: /mergeLibSymbols\(wasmExports,"main"\);/,
-    replace: "Object.setPrototypeOf(wasmImports,wasmExports);",
+    replace: "Object.setPrototypeOf(wasmImports,__runboxSymbols(wasmExports,wasmTable));",
   },
   {
     file: "pyodide.asm.js",
@@ -184,8 +195,13 @@ export async function prepareRealms(dir, snapshotPath, realmSource, fetchSource 
     }
     sources[file] = text.replace(find, replace);
   }
-  const wasm = read("pyodide.asm.wasm");
-  const module = await WebAssembly.compile(wasm);
+  const linked = linkModule(read("pyodide.asm.wasm"), sources["pyodide.asm.js"]);
+  // The table is made with room for the slots the module now fills.
+  sources["pyodide.asm.js"] = sources["pyodide.asm.js"].replace(
+    /wasmTable=new WebAssembly\.Table\(\{initial:\d+,/,
+    `wasmTable=new WebAssembly.Table({initial:${linked.tableSize},`,
+  );
+  const module = await WebAssembly.compile(linked.bytes);
   // Without a snapshot (setup not run), Pyodide boots from scratch in every realm.
   const snapshot = snapshotPath ? Deno.readFileSync(snapshotPath) : new Uint8Array(8);
   const headerLength = snapshotPath ? new DataView(snapshot.buffer, snapshot.byteOffset).getUint32(4, true) : 8;
@@ -206,119 +222,14 @@ export async function prepareRealms(dir, snapshotPath, realmSource, fetchSource 
       ["packages.zip", readPackages(dir) ?? new Uint8Array(0)],
     ]),
     lock: decoder.decode(read("pyodide-lock.json")),
-    tableLayout: JSON.stringify(tableLayout(wasm, internalSymbols(sources["pyodide.asm.js"]))),
+    tableSize: linked.tableSize,
+    symbols: linked.symbols,
     header: snapshot.slice(0, headerLength),
     image: snapshot.subarray(headerLength),
     size: snapshotPath ? snapshot.length : 0,
     // Found by the first realm's restore (see `sparseCopy`).
     pages: null,
   };
-}
-
-/**
- * The symbols Emscripten's updateGOT leaves out, read from the glue's
- * isInternalSym: those it names, and a prefix.
- */
-function internalSymbols(glue) {
-  const found = glue.match(/var isInternalSym=symName=>\[([^\]]*)\]\.includes\(symName\)\|\|symName\.startsWith\("(\w+)"\)/);
-  if (!found) throw new Error("pyodide.asm.js no longer has isInternalSym as python-realms.mjs reads it");
-  return { names: JSON.parse(`[${found[1]}]`), prefix: found[2] };
-}
-
-/**
- * The function exports of wasm module `bytes` that Emscripten's updateGOT
- * gives a table slot when it links the module, in slot order: each
- * function export, in export order, that the module's element segments do
- * not already put in the table, once per function, less the `internal`
- * symbols. Read from the binary, so that each realm fills the slots
- * without searching the table. A wrong list fails every Python job at its
- * first indirect call; this one was checked against the table a full link
- * builds for Pyodide 0.29.4 (the same 5,468 slots).
- */
-function tableLayout(bytes, internal) {
-  let at = 8;
-  const u32 = () => {
-    let result = 0;
-    let shift = 0;
-    let byte;
-    do {
-      byte = bytes[at++];
-      result |= (byte & 0x7f) << shift;
-      shift += 7;
-    } while (byte & 0x80);
-    return result >>> 0;
-  };
-  const name = () => {
-    const length = u32();
-    at += length;
-    return decoder.decode(bytes.subarray(at - length, at));
-  };
-  const skipExpression = () => {
-    while (bytes[at] !== 0x0b) {
-      const op = bytes[at++];
-      if (op === 0x23 || op === 0x41 || op === 0xd2) u32(); // global.get, i32.const, ref.func
-      else throw new Error(`unexpected opcode ${op} in a constant expression`);
-    }
-    at++;
-  };
-  // Function indices count imports first, in exports and elements alike.
-  const exports = [];
-  const inTable = new Set();
-  while (at < bytes.length) {
-    const id = bytes[at++];
-    const size = u32();
-    const end = at + size;
-    if (id === 7) {
-      for (let n = u32(); n > 0; n--) {
-        const exported = name();
-        const kind = bytes[at++];
-        const index = u32();
-        if (kind === 0) exports.push([exported, index]);
-      }
-    } else if (id === 9) {
-      for (let n = u32(); n > 0; n--) {
-        const flags = u32();
-        if (flags !== 0) throw new Error(`element segment kind ${flags}: update tableLayout`);
-        skipExpression();
-        for (let count = u32(); count > 0; count--) inTable.add(u32());
-      }
-    }
-    at = end;
-  }
-  if (exports.length === 0 || inTable.size === 0) throw new Error("pyodide.asm.wasm has no exports or no table elements");
-  const isInternal = (symbol) => internal.names.includes(symbol) || symbol.startsWith(internal.prefix);
-  const layout = [];
-  const placed = new Set();
-  for (const [symbol, index] of exports) {
-    if (isInternal(symbol) || inTable.has(index) || placed.has(index)) continue;
-    placed.add(index);
-    layout.push(symbol);
-  }
-  return layout;
-}
-
-
-/**
- * A wasm module with nothing but `module`'s dylink.0 section: the loader
- * reads its memory and table layout from the module it is handed, which
- * must be of the job's realm (the shared module is of this one, and its
- * constructor would lead here).
- */
-function dylinkStub(module) {
-  const leb = (n) => {
-    const out = [];
-    do {
-      let byte = n & 0x7f;
-      n >>>= 7;
-      if (n) byte |= 0x80;
-      out.push(byte);
-    } while (n);
-    return out;
-  };
-  const section = new Uint8Array(WebAssembly.Module.customSections(module, "dylink.0")[0]);
-  const name = [...new TextEncoder().encode("dylink.0")];
-  const body = [...leb(name.length), ...name, ...section];
-  return new Uint8Array([0x00, 0x61, 0x73, 0x6d, 1, 0, 0, 0, 0, ...leb(body.length), ...body]);
 }
 
 const PAGE = 4096;
@@ -419,6 +330,9 @@ export class PythonRealm {
         this.#memory ??= wasmMemoryOf(imports);
         return construct(Instance, [assets.module, imports]);
       },
+      // Where the module's symbols it no longer exports are (pyodide-wasm.mjs).
+      symbolSlot: (name) => assets.symbols.get(String(name))?.slot ?? -1,
+      symbolAddress: (name) => assets.symbols.get(String(name))?.address ?? -1,
       restoreMemory: (buffer) => {
         if (!isArrayBuffer(buffer)) throw new TypeError("not a buffer");
         const heap = new Uint8Array(buffer);
@@ -443,7 +357,7 @@ export class PythonRealm {
       size: assets.size,
       runner,
       packagesZip: PACKAGES_ZIP,
-      tableLayout: assets.tableLayout,
+      tableSize: assets.tableSize,
       packagesUrl: String(packagesUrl),
     });
   }
@@ -585,7 +499,12 @@ export function heapInUse() {
   return heapStatistics().used_heap_size;
 }
 
-/** A full collection of the process's heap. */
-export function collectGarbage() {
-  collect({ type: "major" });
+/**
+ * A full collection of the process's heap: one mark-compact, or with
+ * `thorough` (or in a child without V8's own) as many memory-reducing ones
+ * as free something.
+ */
+export function collectGarbage({ thorough = false } = {}) {
+  if (ownCollect && !thorough) ownCollect({ type: "major", execution: "sync" });
+  else thoroughCollect({ type: "major" });
 }

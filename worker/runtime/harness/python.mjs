@@ -286,13 +286,14 @@ const LEFTOVER_CPU_MICROS = 20_000;
  * Whether V8 has freed `realm`, retired and no longer referenced, with
  * nothing of its job's run since the job's end beyond a trace. After a
  * full collection, a realm V8 could not free still has something of the
- * job's pending. One major collection usually frees it; a second is tried
- * before the child is given up (on a loaded machine a finalization
- * registry's cleanup, which holds the realm, may not have run by the
- * first). A WeakRef reads its target as alive until the turn after a
- * collection, hence the waits; and reading it alive keeps it alive to the
- * end of that turn, so the second collection waits for the next turn, or
- * it could never free the realm.
+ * job's pending. One mark-compact usually frees it; a second, thorough
+ * collection is tried before the child is given up (on a loaded machine a
+ * finalization registry's cleanup, which holds the realm, may not have run
+ * by the first, and a plain mark-compact now and then leaves a realm a
+ * memory-reducing one frees). A WeakRef reads its target as alive until
+ * the turn after a collection, hence the waits; and reading it alive keeps
+ * it alive to the end of that turn, so the second collection waits for the
+ * next turn, or it could never free the realm.
  *
  * No code of the job runs between its end and the first collection, nor
  * after a collection that freed its realm; in the waits after a first
@@ -307,7 +308,7 @@ async function collected(realm) {
   for (let attempt = 0; attempt < 2; attempt++) {
     if (attempt > 0) await new Promise((resolve) => setTimeout(resolve, 0));
     const before = cpuMicros();
-    collectGarbage();
+    collectGarbage({ thorough: attempt > 0 });
     collecting += Math.max(0, cpuMicros() - before);
     await new Promise((resolve) => setTimeout(resolve, 0));
     if (realm.isGone()) return attempt === 0 || cpuMicros() - start - collecting <= LEFTOVER_CPU_MICROS;

@@ -146,7 +146,14 @@ pub fn deno_command(
         arg.push(socket);
         channel_args.push(arg);
     }
-    args.push(format!("--v8-flags=--max-old-space-size={}", limits.memory_mb).into());
+    let mut v8_flags = format!("--v8-flags=--max-old-space-size={}", limits.memory_mb);
+    if language == Language::Python && mode == ChildMode::Shared {
+        // V8's own `gc`, which collects a finished job's realm with one
+        // mark-compact (python-realms.mjs takes it; python-realm.js takes
+        // the one every job's realm then gets).
+        v8_flags.push_str(",--expose-gc");
+    }
+    args.push(v8_flags.into());
     match language {
         Language::Javascript | Language::Typescript => {
             // The job's `files`, written there just before the program

@@ -195,6 +195,20 @@ js.eval("""(() => {
     honest_after(&runner, lane, Some(true)).await;
 }
 
+/// A shared Python child starts with V8's `gc` exposed, for the harness
+/// to collect a finished job's realm with one mark-compact; every context
+/// made in it then has a `gc` that cannot be deleted. A job's realm has
+/// it set to undefined before any program runs: forced collections are
+/// the harness's, between jobs, and in a job's hands one is CPU spent on
+/// every realm of the child (and a way to time the harness's heap).
+#[tokio::test]
+async fn a_jobs_realm_has_no_gc() {
+    let runner = lane_runner().await;
+    let code = "import js\nprint(js.eval('typeof gc'), js.eval('typeof globalThis.gc'))";
+    let report = run_in(&runner, "realms-gc", spec(Py, code)).await;
+    assert_ran(&report.outcome, 0, "undefined undefined\n");
+}
+
 /// What the brief of the realm names as the escape: nothing a job reaches
 /// from its globals or from Pyodide (its module, its API, the wasm
 /// instance's exports and table, the functions the harness put there) is

@@ -45,9 +45,12 @@ async fn python_exit_codes() {
 }
 
 /// The C level links as CPython expects: dlsym on the main module finds
-/// its exports (ctypes.pythonapi, CDLL(None)), a function pointer called
-/// through the table reaches the right function, and a JS function whose
-/// address the module takes answers through its table slot.
+/// its symbols (ctypes.pythonapi, CDLL(None)), those it exports and those
+/// the harness resolves when asked (pyodide-wasm.mjs: the data of
+/// `_Py_NoneStruct` at None's address, libc++'s `std::__sort` for chars
+/// through its table slot), a function pointer called through the table
+/// reaches the right function, and a JS function whose address the module
+/// takes answers through its table slot.
 #[tokio::test]
 async fn python_c_level_linking() {
     let code = "import ctypes\n\
@@ -55,10 +58,19 @@ async fn python_c_level_linking() {
         from_long = ctypes.pythonapi.PyLong_FromLong\n\
         from_long.restype, from_long.argtypes = ctypes.py_object, [ctypes.c_long]\n\
         print(from_long(41) + 1)\n\
+        print(ctypes.addressof(ctypes.c_int.in_dll(ctypes.pythonapi, '_Py_NoneStruct')) == id(None))\n\
+        sort = ctypes.CDLL(None)['_ZNSt3__26__sortIRNS_6__lessIccEEPcEEvT0_S5_T_']\n\
+        sort.restype, sort.argtypes = None, [ctypes.c_void_p] * 3\n\
+        text = ctypes.create_string_buffer(b'runbox sorts')\n\
+        sort(ctypes.addressof(text), ctypes.addressof(text) + 12, ctypes.addressof(text))\n\
+        print(text.value)\n\
         print(sorted({1: 'a', 2: 'b'}.items(), key=lambda kv: -kv[0]), flush=True)\n\
         ctypes.CDLL(None).emscripten_console_log(b'through the table')";
     let outcome = exits(Py, code, 0).await;
-    assert_eq!(outcome.stdout, "1 1\n42\n[(2, 'b'), (1, 'a')]\nthrough the table\n", "{outcome:#?}");
+    assert_eq!(
+        outcome.stdout, "1 1\n42\nTrue\nb' bnoorrsstux'\n[(2, 'b'), (1, 'a')]\nthrough the table\n",
+        "{outcome:#?}"
+    );
 }
 
 #[tokio::test]

@@ -1,0 +1,333 @@
+// What the harness reads off Pyodide's wasm module and changes in it,
+// once per child, so that a job's realm links its instance for less.
+//
+// Emscripten's loader links the main module in every realm: it gives each
+// exported function a table slot (updateGOT), and the instance makes a
+// function object for each of the module's 9,708 exports, a third of the
+// instantiation. Both depend only on the module, so they are settled here:
+//
+// - the table slots the loader would fill one `table.set` at a time are
+//   an element segment of the module, filled by the instantiation;
+// - the module exports only the symbols the loader's glue names; every
+//   other one (which a C extension's link, `dlsym` or ctypes may ask for)
+//   is found by name in `symbols`, as the table slot its function is in or
+//   the address of its data, and read from the instance when asked for
+//   (python-realm.js).
+
+const decoder = new TextDecoder();
+
+const SECTION = { import: 2, global: 6, export: 7, element: 9 };
+const KIND = { function: 0, table: 1, memory: 2, global: 3, tag: 4 };
+
+/**
+ * Module `bytes` (pyodide.asm.wasm) as a realm links it, for glue `glue`
+ * (pyodide.asm.js, patched): `bytes`, the changed module; `tableSize`,
+ * the size the glue's table must be made with, which it keeps once
+ * linked; `symbols`, name to `{ slot }` or `{ address }` (less the memory
+ * base) for each symbol the module no longer exports.
+ */
+export function linkModule(bytes, glue) {
+  const module = readModule(bytes);
+  const tableStart = initialTableSize(glue);
+  const tableBase = globalValue(glue, "___table_base");
+  const internal = internalSymbols(glue);
+  const named = namedByGlue(glue);
+
+  // The element segments' slots, where the module's own code expects them.
+  const slots = new Map();
+  for (const { offset, functions } of module.elements) {
+    const start = offset.const ?? (module.importedGlobals[offset.global] === "__table_base" ? tableBase : null);
+    if (start === null) throw new Error("an element segment at an offset pyodide-wasm.mjs cannot place");
+    functions.forEach((index, position) => {
+      if (!slots.has(index)) slots.set(index, start + position);
+    });
+  }
+  // The slots updateGOT gives the other exported functions, in export
+  // order, after the table's initial size (see `tableLayout`).
+  const layout = tableLayout(module, internal, slots);
+  layout.forEach((index, position) => slots.set(index, tableStart + position));
+
+  const kept = [];
+  const symbols = new Map();
+  for (const entry of module.exports) {
+    const { name, kind, index } = entry;
+    const mustKeep = named.has(name) || isInternal(internal, name);
+    if (!mustKeep && kind === KIND.function && slots.has(index)) {
+      symbols.set(name, { slot: slots.get(index) });
+    } else if (!mustKeep && kind === KIND.global && module.globals[index]?.constant !== undefined) {
+      symbols.set(name, { address: module.globals[index].constant });
+    } else {
+      kept.push(entry);
+    }
+  }
+  const changed = replaceSections(bytes, module.sections, {
+    [SECTION.export]: exportSection(kept),
+    [SECTION.element]: elementSection(module.elementSegments, layout, tableStart),
+  });
+  return { bytes: changed, tableSize: tableStart + layout.length, symbols };
+}
+
+/** The table size the glue makes its table with, before any link grows it. */
+function initialTableSize(glue) {
+  const found = glue.match(/wasmTable=new WebAssembly\.Table\(\{initial:(\d+),element:"anyfunc"\}\)/g) ?? [];
+  if (found.length !== 1) throw new Error("pyodide.asm.js no longer makes its table as pyodide-wasm.mjs reads it");
+  return Number(found[0].match(/initial:(\d+)/)[1]);
+}
+
+/** The value the glue gives immutable global `name` (`___table_base`, say). */
+function globalValue(glue, name) {
+  const found = glue.match(new RegExp(`${name}=new WebAssembly\\.Global\\(\\{value:"i32",mutable:false\\},(\\d+)\\)`));
+  if (!found) throw new Error(`pyodide.asm.js no longer makes ${name} as pyodide-wasm.mjs reads it`);
+  return Number(found[1]);
+}
+
+/** The symbols Emscripten's updateGOT leaves out, read from the glue's isInternalSym. */
+function internalSymbols(glue) {
+  const found = glue.match(/var isInternalSym=symName=>\[([^\]]*)\]\.includes\(symName\)\|\|symName\.startsWith\("(\w+)"\)/);
+  if (!found) throw new Error("pyodide.asm.js no longer has isInternalSym as pyodide-wasm.mjs reads it");
+  return { names: JSON.parse(`[${found[1]}]`), prefix: found[2] };
+}
+
+function isInternal(internal, name) {
+  return internal.names.includes(name) || name.startsWith(internal.prefix);
+}
+
+/**
+ * The exports the glue reads by name (`wasmExports["name"]`,
+ * `wasmExports.name`): it reads every other one only through the loader's
+ * symbol lookup, which python-realm.js serves from `symbols`.
+ */
+function namedByGlue(glue) {
+  const named = new Set();
+  for (const [, name] of glue.matchAll(/wasmExports\["([^"]+)"\]/g)) named.add(name);
+  for (const [, name] of glue.matchAll(/wasmExports\.([A-Za-z_$][\w$]*)/g)) named.add(name);
+  if (named.size < 1000) throw new Error("pyodide.asm.js no longer reads its exports as pyodide-wasm.mjs expects");
+  return named;
+}
+
+/**
+ * The function indices that Emscripten's updateGOT gives a table slot
+ * when it links the module, in slot order: each function export, in
+ * export order, that the element segments do not already put in the
+ * table (`inTable`), once per function, less the internal symbols. A
+ * wrong list fails every Python job at its first indirect call; this one
+ * was checked against the table a full link builds for Pyodide 0.29.4
+ * (the same 5,468 slots).
+ */
+function tableLayout(module, internal, inTable) {
+  const layout = [];
+  const placed = new Set();
+  for (const { name, kind, index } of module.exports) {
+    if (kind !== KIND.function || isInternal(internal, name) || inTable.has(index) || placed.has(index)) continue;
+    placed.add(index);
+    layout.push(index);
+  }
+  return layout;
+}
+
+/** A reader of the binary `bytes` from offset `at`. */
+function reader(bytes, at = 0) {
+  const r = {
+    at,
+    byte: () => bytes[r.at++],
+    u32() {
+      let result = 0;
+      let shift = 0;
+      let byte;
+      do {
+        byte = bytes[r.at++];
+        result |= (byte & 0x7f) << shift;
+        shift += 7;
+      } while (byte & 0x80);
+      return result >>> 0;
+    },
+    s32() {
+      let result = 0;
+      let shift = 0;
+      let byte;
+      do {
+        byte = bytes[r.at++];
+        result |= (byte & 0x7f) << shift;
+        shift += 7;
+      } while (byte & 0x80);
+      return shift < 32 && byte & 0x40 ? result | (-1 << shift) : result;
+    },
+    name() {
+      const length = r.u32();
+      r.at += length;
+      return decoder.decode(bytes.subarray(r.at - length, r.at));
+    },
+    /** A constant expression: `{const}` for `i32.const N`, `{global}` for `global.get G`, else `{}`. */
+    expression() {
+      let value = {};
+      let ops = 0;
+      for (let op = r.byte(); op !== 0x0b; op = r.byte(), ops++) {
+        if (op === 0x41) value = { const: r.s32() };
+        else if (op === 0x23) value = { global: r.u32() };
+        else if (op === 0xd2) r.u32();
+        else throw new Error(`unexpected opcode ${op} in a constant expression`);
+      }
+      return ops === 1 ? value : {};
+    },
+  };
+  return r;
+}
+
+/**
+ * The parts of the module this file reads: where each section is, the
+ * names of its imported globals by index, its defined globals' constant
+ * values (for the immutable i32 ones), its exports, and its element
+ * segments (each active, on table 0, as a list of function indices).
+ */
+function readModule(bytes) {
+  const r = reader(bytes, 8);
+  const sections = new Map();
+  const importedGlobals = [];
+  const globals = [];
+  const exports = [];
+  const elements = [];
+  let elementSegments = null;
+  while (r.at < bytes.length) {
+    const header = r.at;
+    const id = r.byte();
+    const size = r.u32();
+    const start = r.at;
+    sections.set(id, { header, end: start + size });
+    if (id === SECTION.import) {
+      for (let n = r.u32(); n > 0; n--) {
+        r.name();
+        const field = r.name();
+        const kind = r.byte();
+        if (kind === KIND.function) r.u32();
+        else if (kind === KIND.table) {
+          r.byte();
+          limits(r);
+        } else if (kind === KIND.memory) limits(r);
+        else if (kind === KIND.global) {
+          r.byte();
+          r.byte();
+          importedGlobals.push(field);
+        } else if (kind === KIND.tag) {
+          r.byte();
+          r.u32();
+        } else throw new Error(`import kind ${kind}: update pyodide-wasm.mjs`);
+      }
+    } else if (id === SECTION.global) {
+      for (let n = r.u32(); n > 0; n--) {
+        const type = r.byte();
+        const mutable = r.byte();
+        const value = r.expression();
+        globals.push(type === 0x7f && mutable === 0 && value.const !== undefined ? { constant: value.const } : {});
+      }
+    } else if (id === SECTION.export) {
+      for (let n = r.u32(); n > 0; n--) exports.push({ name: r.name(), kind: r.byte(), index: r.u32() });
+    } else if (id === SECTION.element) {
+      const count = r.u32();
+      const segmentsStart = r.at;
+      for (let n = count; n > 0; n--) {
+        const flags = r.u32();
+        if (flags !== 0) throw new Error(`element segment kind ${flags}: update pyodide-wasm.mjs`);
+        const offset = r.expression();
+        const functions = [];
+        for (let k = r.u32(); k > 0; k--) functions.push(r.u32());
+        elements.push({ offset, functions });
+      }
+      elementSegments = { count, bytes: bytes.subarray(segmentsStart, start + size) };
+    }
+    r.at = start + size;
+  }
+  if (exports.length === 0 || !elementSegments) throw new Error("pyodide.asm.wasm has no exports or no element segments");
+  // Global indices count the imported ones first.
+  return {
+    sections,
+    importedGlobals,
+    globals: [...importedGlobals.map(() => ({})), ...globals],
+    exports,
+    elements,
+    elementSegments,
+  };
+}
+
+function limits(r) {
+  const flags = r.byte();
+  r.u32();
+  if (flags & 1) r.u32();
+}
+
+function leb(n) {
+  const out = [];
+  do {
+    let byte = n & 0x7f;
+    n >>>= 7;
+    if (n) byte |= 0x80;
+    out.push(byte);
+  } while (n);
+  return out;
+}
+
+function sleb(n) {
+  const out = [];
+  for (;;) {
+    const byte = n & 0x7f;
+    n >>= 7;
+    if ((n === 0 && !(byte & 0x40)) || (n === -1 && byte & 0x40)) return [...out, byte];
+    out.push(byte | 0x80);
+  }
+}
+
+const encoder = new TextEncoder();
+
+function exportSection(entries) {
+  const parts = [leb(entries.length)];
+  for (const { name, kind, index } of entries) {
+    const bytes = encoder.encode(name);
+    parts.push(leb(bytes.length), bytes, [kind], leb(index));
+  }
+  return concat(parts);
+}
+
+/** The element segments, and one more: functions `indices` from slot `start` on. */
+function elementSection(segments, indices, start) {
+  // Flags 0: active, on table 0, of functions; offset `i32.const start`.
+  const added = [0, 0x41, ...sleb(start), 0x0b, ...leb(indices.length), ...indices.flatMap(leb)];
+  return concat([leb(segments.count + 1), segments.bytes, added]);
+}
+
+/** `bytes` with the bodies of the sections in `bodies` (by id) replaced. */
+function replaceSections(bytes, sections, bodies) {
+  const parts = [];
+  let at = 0;
+  const ids = Object.keys(bodies)
+    .map(Number)
+    .sort((a, b) => sections.get(a).header - sections.get(b).header);
+  for (const id of ids) {
+    const { header, end } = sections.get(id);
+    parts.push(bytes.subarray(at, header), [id], leb(bodies[id].length), bodies[id]);
+    at = end;
+  }
+  parts.push(bytes.subarray(at));
+  return concat(parts);
+}
+
+function concat(parts) {
+  const out = new Uint8Array(parts.reduce((sum, part) => sum + part.length, 0));
+  let at = 0;
+  for (const part of parts) {
+    out.set(part, at);
+    at += part.length;
+  }
+  return out;
+}
+
+/**
+ * A wasm module with nothing but `module`'s dylink.0 section: the loader
+ * reads its memory and table layout from the module it is handed, which
+ * must be of the job's realm (the shared module is of this one, and its
+ * constructor would lead here).
+ */
+export function dylinkStub(module) {
+  const section = new Uint8Array(WebAssembly.Module.customSections(module, "dylink.0")[0]);
+  const name = encoder.encode("dylink.0");
+  const body = concat([leb(name.length), name, section]);
+  return concat([[0x00, 0x61, 0x73, 0x6d, 1, 0, 0, 0, 0], leb(body.length), body]);
+}
