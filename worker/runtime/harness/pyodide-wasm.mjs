@@ -21,10 +21,11 @@ const KIND = { function: 0, table: 1, memory: 2, global: 3, tag: 4 };
 
 /**
  * Module `bytes` (pyodide.asm.wasm) as a realm links it, for glue `glue`
- * (pyodide.asm.js, patched): `bytes`, the changed module; `tableSize`,
- * the size the glue's table must be made with, which it keeps once
- * linked; `symbols`, name to `{ slot }` or `{ address }` (less the memory
- * base) for each symbol the module no longer exports.
+ * (pyodide.asm.js, patched): `bytes`, the changed module; `glue`, the glue
+ * making its table with room for the slots the module now fills;
+ * `tableSize`, the table's size, which it keeps once linked; `symbols`,
+ * name to `{ slot }` or `{ address }` (less the memory base) for each
+ * symbol the module no longer exports.
  */
 export function linkModule(bytes, glue) {
   const module = readModule(bytes);
@@ -64,7 +65,12 @@ export function linkModule(bytes, glue) {
     [SECTION.export]: exportSection(kept),
     [SECTION.element]: elementSection(module.elementSegments, layout, tableStart),
   });
-  return { bytes: changed, tableSize: tableStart + layout.length, symbols };
+  const tableSize = tableStart + layout.length;
+  const sized = glue.replace(
+    `wasmTable=new WebAssembly.Table({initial:${tableStart},`,
+    `wasmTable=new WebAssembly.Table({initial:${tableSize},`,
+  );
+  return { bytes: changed, glue: sized, tableSize, symbols };
 }
 
 /** The table size the glue makes its table with, before any link grows it. */

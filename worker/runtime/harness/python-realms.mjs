@@ -196,11 +196,7 @@ export async function prepareRealms(dir, snapshotPath, realmSource, fetchSource 
     sources[file] = text.replace(find, replace);
   }
   const linked = linkModule(read("pyodide.asm.wasm"), sources["pyodide.asm.js"]);
-  // The table is made with room for the slots the module now fills.
-  sources["pyodide.asm.js"] = sources["pyodide.asm.js"].replace(
-    /wasmTable=new WebAssembly\.Table\(\{initial:\d+,/,
-    `wasmTable=new WebAssembly.Table({initial:${linked.tableSize},`,
-  );
+  sources["pyodide.asm.js"] = linked.glue;
   const module = await WebAssembly.compile(linked.bytes);
   // Without a snapshot (setup not run), Pyodide boots from scratch in every realm.
   const snapshot = snapshotPath ? Deno.readFileSync(snapshotPath) : new Uint8Array(8);
