@@ -136,7 +136,10 @@ function reader(bytes, at = 0) {
   const r = {
     at,
     byte: () => bytes[r.at++],
-    u32() {
+    u32: () => r.leb(false) >>> 0,
+    s32: () => r.leb(true),
+    /** A LEB128 number of at most 32 bits, `signed` or not. */
+    leb(signed) {
       let result = 0;
       let shift = 0;
       let byte;
@@ -145,18 +148,7 @@ function reader(bytes, at = 0) {
         result |= (byte & 0x7f) << shift;
         shift += 7;
       } while (byte & 0x80);
-      return result >>> 0;
-    },
-    s32() {
-      let result = 0;
-      let shift = 0;
-      let byte;
-      do {
-        byte = bytes[r.at++];
-        result |= (byte & 0x7f) << shift;
-        shift += 7;
-      } while (byte & 0x80);
-      return shift < 32 && byte & 0x40 ? result | (-1 << shift) : result;
+      return signed && shift < 32 && byte & 0x40 ? result | (-1 << shift) : result;
     },
     name() {
       const length = r.u32();
