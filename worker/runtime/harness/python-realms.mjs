@@ -45,11 +45,12 @@ const bufferLength = Object.getOwnPropertyDescriptor(ArrayBuffer.prototype, "byt
 const heapStatistics = v8.getHeapStatistics;
 const getRandomValues = crypto.getRandomValues.bind(crypto);
 // Two full collections. The thorough one is taken from a context made
-// while the flag that exposes it is on (it is off again before any job's
-// realm is made); it compacts the heap to its smallest, two memory-reducing
-// mark-compacts or more. A shared child starts with --expose-gc
-// (command.rs), which gives this realm V8's own as well: one mark-compact,
-// about half the CPU. Every context made after it has a `gc` too, which
+// while the flag that exposes it is on; it compacts the heap to its
+// smallest, two memory-reducing mark-compacts or more. Turning the flag
+// off again keeps it from later contexts only in a child that did not
+// start with it. A shared child does start with --expose-gc (command.rs),
+// which gives this realm V8's own as well, one mark-compact, about half
+// the CPU; and every context made in it has a `gc` too, which
 // python-realm.js takes from a job's realm before any program runs.
 const ownCollect = globalThis.gc;
 globalThis.gc = undefined;

@@ -200,13 +200,16 @@ js.eval("""(() => {
 /// made in it then has a `gc` that cannot be deleted. A job's realm has
 /// it set to undefined before any program runs: forced collections are
 /// the harness's, between jobs, and in a job's hands one is CPU spent on
-/// every realm of the child (and a way to time the harness's heap).
+/// every realm of the child (and a way to time the harness's heap). The
+/// name stays the program's own.
 #[tokio::test]
 async fn a_jobs_realm_has_no_gc() {
     let runner = lane_runner().await;
-    let code = "import js\nprint(js.eval('typeof gc'), js.eval('typeof globalThis.gc'))";
+    let code = "import js\n\
+        print(js.eval('typeof gc'), js.eval('typeof globalThis.gc'))\n\
+        print(js.eval('function gc() { return 7 }; gc()'), js.eval('var gc = 8; gc'))";
     let report = run_in(&runner, "realms-gc", spec(Py, code)).await;
-    assert_ran(&report.outcome, 0, "undefined undefined\n");
+    assert_ran(&report.outcome, 0, "undefined undefined\n7 8\n");
 }
 
 /// What the brief of the realm names as the escape: nothing a job reaches
