@@ -150,8 +150,11 @@ pub fn deno_command(
     if language == Language::Python && mode == ChildMode::Shared {
         // V8's own `gc`, which collects a finished job's realm with one
         // mark-compact (python-realms.mjs takes it; python-realm.js takes
-        // the one every job's realm then gets).
-        v8_flags.push_str(",--expose-gc");
+        // the one every job's realm then gets). JS is optimized on the
+        // main thread: a background compile still in flight when a job
+        // ends holds its realm through that mark-compact (most of a new
+        // child's first jobs did), and the child was then replaced.
+        v8_flags.push_str(",--expose-gc,--no-concurrent-recompilation");
     }
     args.push(v8_flags.into());
     match language {
