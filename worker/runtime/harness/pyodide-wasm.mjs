@@ -63,7 +63,7 @@ export function linkModule(bytes, glue) {
   }
   const changed = replaceSections(bytes, module.sections, {
     [SECTION.export]: exportSection(kept),
-    [SECTION.element]: elementSection(module.elementSegments, layout, tableStart),
+    [SECTION.element]: elementSection(module, layout, tableStart),
   });
   const tableSize = tableStart + layout.length;
   const sized = glue.replace(
@@ -184,7 +184,7 @@ function readModule(bytes) {
   const globals = [];
   const exports = [];
   const elements = [];
-  let elementSegments = null;
+  let elementBytes = null;
   while (r.at < bytes.length) {
     const header = r.at;
     const id = r.byte();
@@ -230,11 +230,11 @@ function readModule(bytes) {
         for (let k = r.u32(); k > 0; k--) functions.push(r.u32());
         elements.push({ offset, functions });
       }
-      elementSegments = { count, bytes: bytes.subarray(segmentsStart, start + size) };
+      elementBytes = bytes.subarray(segmentsStart, start + size);
     }
     r.at = start + size;
   }
-  if (exports.length === 0 || !elementSegments) throw new Error("pyodide.asm.wasm has no exports or no element segments");
+  if (exports.length === 0 || elements.length === 0) throw new Error("pyodide.asm.wasm has no exports or no element segments");
   // Global indices count the imported ones first.
   return {
     sections,
@@ -242,7 +242,7 @@ function readModule(bytes) {
     globals: [...importedGlobals.map(() => ({})), ...globals],
     exports,
     elements,
-    elementSegments,
+    elementBytes,
   };
 }
 
@@ -284,11 +284,11 @@ function exportSection(entries) {
   return concat(parts);
 }
 
-/** The element segments, and one more: functions `indices` from slot `start` on. */
-function elementSection(segments, indices, start) {
+/** The module's element segments, and one more: functions `indices` from slot `start` on. */
+function elementSection(module, indices, start) {
   // Flags 0: active, on table 0, of functions; offset `i32.const start`.
   const added = [0, 0x41, ...sleb(start), 0x0b, ...leb(indices.length), ...indices.flatMap(leb)];
-  return concat([leb(segments.count + 1), segments.bytes, added]);
+  return concat([leb(module.elements.length + 1), module.elementBytes, added]);
 }
 
 /** `bytes` with the bodies of the sections in `bodies` (by id) replaced. */
