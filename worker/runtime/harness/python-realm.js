@@ -78,6 +78,7 @@
   const startTimer = guard(host.startTimer);
   const instantiate = guard(host.instantiate);
   const restoreMemory = guard(host.restoreMemory);
+  const heapMemory = guard(host.memory);
   const symbolSlot = guard(host.symbolSlot);
   const symbolAddress = guard(host.symbolAddress);
   const finish = guard(host.finish);
@@ -167,9 +168,11 @@
     function CappedMemory(descriptor) {
       const maximum = Math.min(descriptor.maximum ?? maxPages, maxPages);
       const initial = Math.min(descriptor.initial, maximum);
-      const memory = new Memory({ ...descriptor, initial, maximum });
-      // Pyodide's one-page shared memory (for Atomics.wait) is not its heap.
-      if (!descriptor.shared) memories.push(memory);
+      // Pyodide's one-page shared memory (for Atomics.wait) is not its
+      // heap, which the harness makes (a memory no realm owns).
+      if (descriptor.shared) return new Memory({ ...descriptor, initial, maximum });
+      const memory = heapMemory(initial, maximum);
+      memories.push(memory);
       return memory;
     }
     CappedMemory.prototype = Memory.prototype;
@@ -198,9 +201,7 @@
     // header; the harness copies the image (see restoreMemory).
     const snapshot = new Uint8Array(size);
     snapshot.set(header);
-    realm.__runboxRestore = (heap) => {
-      restoreMemory(heap.buffer);
-    };
+    realm.__runboxRestore = () => restoreMemory();
     // The exports relocated as Emscripten's relocateExports does, without
     // the GOT entries (see the patches in python-realms.mjs). The table
     // slots its updateGOT would have given them are filled already, by the

@@ -6,8 +6,9 @@
 // What crosses into a realm: the functions of `host` below, held in the
 // realm script's closure, which take numbers, strings and typed arrays of
 // that realm, copy what they read with this realm's intrinsics, and return
-// only numbers and strings (the one exception, `instantiate`, returns an
-// instance built by the realm's own constructor). What comes back: plain
+// only numbers and strings (the two exceptions: `instantiate` returns an
+// instance built by the realm's own constructor, and `memory` a wasm
+// memory of no realm with the realm's own prototypes). What comes back: plain
 // values through `host.finish`, never a promise of that realm, whose
 // `then` a program could have replaced (awaiting it would hand the program
 // this realm's resolve functions, and through them its Function).
@@ -29,20 +30,15 @@ const construct = Reflect.construct;
 const TypedArray = Object.getPrototypeOf(Uint8Array);
 const typedLength = Object.getOwnPropertyDescriptor(TypedArray.prototype, "length").get;
 const typedSet = TypedArray.prototype.set;
-const isArrayBuffer = (value) => {
-  try {
-    apply(Object.getOwnPropertyDescriptor(ArrayBuffer.prototype, "byteLength").get, value, []);
-    return true;
-  } catch {
-    return false;
-  }
-};
 const decoder = new TextDecoder();
 // This realm's own getters: read through them, a job's memory answers
 // with what V8 holds for it, whatever the job did to its own realm.
 const memoryBuffer = Object.getOwnPropertyDescriptor(WebAssembly.Memory.prototype, "buffer").get;
 const bufferLength = Object.getOwnPropertyDescriptor(ArrayBuffer.prototype, "byteLength").get;
 const heapStatistics = v8.getHeapStatistics;
+const setPrototype = Reflect.setPrototypeOf;
+const isExtensible = Reflect.isExtensible;
+const ownKeys = Reflect.ownKeys;
 const getRandomValues = crypto.getRandomValues.bind(crypto);
 // Two full collections. The thorough one is taken from a context made
 // while the flag that exposes it is on; it compacts the heap to its
@@ -57,6 +53,16 @@ globalThis.gc = undefined;
 v8.setFlagsFromString("--expose-gc");
 const thoroughCollect = vm.runInNewContext("gc");
 v8.setFlagsFromString("--no-expose-gc");
+
+// Every job realm's wasm memory is made in this bare context, where no
+// script ever runs, so that it is no job's: a memory made by a realm's own
+// constructor would keep that realm alive as long as it is used. A realm
+// gets it with its own prototypes (see PythonRealm's `memory`), and a
+// job's memory serves the next job's realm once V8 has freed the job's
+// realm (`spareMemory`): the kernel has faulted its pages in already.
+const memoryMaker = vm.createContext(vm.constants.DONT_CONTEXTIFY);
+const Memory = vm.runInContext("WebAssembly.Memory", memoryMaker);
+const PAGE_BYTES = 65536;
 
 /** Pyodide's Emscripten script and loader, changed where a realm needs it. */
 const PATCHES = [
@@ -77,7 +83,7 @@ const PATCHES = [
     file: "pyodide.asm.js",
     // restoreSnapshot copies the image into the heap; the harness does (see restoreMemory).
     find: /Module\.HEAP8\.set\((\w+)\),(\w+)\}/,
-    replace: "globalThis.__runboxRestore(Module.HEAP8),$2}",
+    replace: "globalThis.__runboxRestore(),$2}",
   },
   {
     file: "pyodide.asm.js",
@@ -272,21 +278,34 @@ export class PythonRealm {
   /** Answers' bodies the realm has yet to take, by request id. */
   #answers = new Map();
   #nextRequest = 1;
-  /** The instance's wasm memory, taken while it was built (see `memoryBytes`). */
-  #memory = null;
+  /**
+   * The instance's wasm memory (`{memory, buffer, pages, maximum}`: its
+   * buffer and size as the realm got it), made by the harness (`memory`
+   * below), which the snapshot was copied into (`restored`).
+   */
+  #heap = null;
+  #restored = false;
+  /** The memory, once the job is over, if it can serve the next realm (see `retire`). */
+  #spare = null;
 
-  /** Builds a realm from `assets` (see prepareRealms); `memoryMb` caps its wasm memory. */
-  static async boot(assets, memoryMb, runner, packagesUrl = "") {
+  /**
+   * Builds a realm from `assets` (see prepareRealms); `memoryMb` caps its
+   * wasm memory. The instance gets the memory `previous` (a retired realm)
+   * left, if there is one (see `spareMemory`), or a new one.
+   */
+  static async boot(assets, memoryMb, runner, packagesUrl = "", previous = null) {
     const realm = new PythonRealm();
-    await realm.#boot(assets, memoryMb, runner, packagesUrl);
+    await realm.#boot(assets, memoryMb, runner, packagesUrl, previous?.spareMemory() ?? null);
     return realm;
   }
 
-  async #boot(assets, memoryMb, runner, packagesUrl) {
+  async #boot(assets, memoryMb, runner, packagesUrl, spare) {
     const context = vm.createContext(vm.constants.DONT_CONTEXTIFY);
     this.#gone = new WeakRef(context);
-    // Taken before any script runs in the realm, so nothing can have changed it.
+    // Taken before any script runs in the realm, so nothing can have changed them.
     const Instance = vm.runInContext("WebAssembly.Instance", context);
+    const memoryPrototype = vm.runInContext("WebAssembly.Memory.prototype", context);
+    const bufferPrototype = vm.runInContext("ArrayBuffer.prototype", context);
     const live = () => this.#live;
     const host = {
       fileSize: (name) => assets.files.get(String(name))?.length ?? -1,
@@ -320,23 +339,45 @@ export class PythonRealm {
         this.#answers.delete(id);
         if (bytes && apply(typedLength, into, []) === bytes.length) apply(typedSet, into, [bytes]);
       },
+      // The instance's memory, asked for once, while the realm boots: the
+      // memory `spare` if it has the size asked for, or a new one.
+      memory: (initial, maximum) => {
+        if (this.#heap) throw new Error("a realm has one heap");
+        const pages = Math.trunc(Number(initial));
+        const limit = Math.trunc(Number(maximum));
+        const reused = spare !== null && assets.size > 0 && spare.pages === pages && spare.maximum === limit;
+        const memory = reused ? spare.memory : construct(Memory, [{ initial: pages, maximum: limit }]);
+        spare = null;
+        const buffer = apply(memoryBuffer, memory, []);
+        setPrototype(memory, memoryPrototype);
+        setPrototype(buffer, bufferPrototype);
+        this.#heap = { memory, buffer, pages, maximum: limit, reused };
+        return memory;
+      },
       instantiate: (imports) => {
-        // Taken while the realm boots, before any program has run in it:
-        // the module imports its memory (env.memory), so this is the memory
-        // the instance uses. Only the first instance's is kept.
-        this.#memory ??= wasmMemoryOf(imports);
+        // The module imports its memory (env.memory): it must be the one
+        // the harness gave, which it restores and measures.
+        if (!this.#heap || wasmMemoryOf(imports) !== this.#heap.memory) throw new Error("not the realm's memory");
         return construct(Instance, [assets.module, imports]);
       },
       // Where the module's symbols it no longer exports are (pyodide-wasm.mjs).
       symbolSlot: (name) => assets.symbols.get(String(name))?.slot ?? -1,
       symbolAddress: (name) => assets.symbols.get(String(name))?.address ?? -1,
-      restoreMemory: (buffer) => {
-        if (!isArrayBuffer(buffer)) throw new TypeError("not a buffer");
-        const heap = new Uint8Array(buffer);
-        // Fresh wasm memory is zero but for what instantiation wrote: only
-        // the image's other pages are copied (see `sparseCopy`).
-        assets.pages ??= sparseCopy(assets.image, heap);
-        for (const [start, end] of assets.pages) heap.set(assets.image.subarray(start, end), start);
+      restoreMemory: () => {
+        if (!this.#heap || this.#restored) throw new Error("no memory to restore");
+        const heap = new Uint8Array(apply(memoryBuffer, this.#heap.memory, []));
+        if (this.#heap.reused) {
+          // Another job's memory: every byte is written, the image's and
+          // zeros after it, so nothing of that job's is left.
+          heap.set(assets.image);
+          heap.fill(0, assets.image.length);
+        } else {
+          // Fresh wasm memory is zero but for what instantiation wrote: only
+          // the image's other pages are copied (see `sparseCopy`).
+          assets.pages ??= sparseCopy(assets.image, heap);
+          for (const [start, end] of assets.pages) heap.set(assets.image.subarray(start, end), start);
+        }
+        this.#restored = true;
       },
     };
     const [realmScript, ...pyodideScripts] = assets.scripts;
@@ -357,6 +398,7 @@ export class PythonRealm {
       tableSize: assets.tableSize,
       packagesUrl: String(packagesUrl),
     });
+    if (this.#heap?.reused && !this.#restored) throw new Error("a reused memory was not restored");
   }
 
   /**
@@ -451,7 +493,7 @@ export class PythonRealm {
    */
   memoryBytes() {
     try {
-      return apply(bufferLength, apply(memoryBuffer, this.#memory, []), []);
+      return apply(bufferLength, apply(memoryBuffer, this.#heap.memory, []), []);
     } catch {
       return 0;
     }
@@ -460,8 +502,9 @@ export class PythonRealm {
   /** Ends the realm's use: its host functions and timers stop, and it is no longer referenced. */
   retire() {
     this.#live = false;
-    // The memory is the realm's: held, it would keep the realm alive.
-    this.#memory = null;
+    // Held with the realm's prototypes, the memory would keep it alive.
+    this.#spare = this.#heap && released(this.#heap) ? this.#heap : null;
+    this.#heap = null;
     this.#context = null;
     this.#egress?.clear();
     this.#egress = null;
@@ -474,6 +517,36 @@ export class PythonRealm {
   /** Whether V8 has freed the realm, after a collection (call `collectGarbage` first). */
   isGone() {
     return this.#gone.deref() === undefined;
+  }
+
+  /**
+   * The wasm memory the retired realm's job left, for the next realm's
+   * instance, once V8 has freed this realm: no code of the job's is left
+   * to read or write it then. Taken once.
+   */
+  spareMemory() {
+    if (!this.isGone()) return null;
+    const spare = this.#spare;
+    this.#spare = null;
+    return spare;
+  }
+}
+
+/**
+ * Whether `heap`'s memory, its job over, can serve another realm: its
+ * prototype and its buffer's set back to none (no longer the job's
+ * realm's), and nothing else the job could have left on either: no
+ * property of its own, not made non-extensible, the same buffer at the
+ * same size (a memory grown or made resizable is not reused). Its bytes
+ * are rewritten by the next realm's restore.
+ */
+function released({ memory, buffer, pages }) {
+  const bare = (object) => setPrototype(object, null) && isExtensible(object) && ownKeys(object).length === 0;
+  try {
+    return bare(memory) && bare(buffer) && apply(memoryBuffer, memory, []) === buffer &&
+      apply(bufferLength, buffer, []) === pages * PAGE_BYTES;
+  } catch {
+    return false;
   }
 }
 

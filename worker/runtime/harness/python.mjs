@@ -169,9 +169,9 @@ function resultOf(reply) {
   };
 }
 
-/** A new job realm (see python-realms.mjs). */
-function newRealm(assets) {
-  return PythonRealm.boot(assets, Number(memoryMb), runner, packagesUrl);
+/** A new job realm (see python-realms.mjs), with the memory `previous`'s job left if it can. */
+function newRealm(assets, previous = null) {
+  return PythonRealm.boot(assets, Number(memoryMb), runner, packagesUrl, previous);
 }
 
 /**
@@ -269,7 +269,7 @@ async function serveShared() {
     // The next job's realm is built now, between jobs, and before the
     // report, so that the runner counts it in the child's memory before
     // the next job and not as that job's.
-    if (clean) next = await newRealm(assets);
+    if (clean) next = await newRealm(assets, retired);
     channel.report({ kind: "retired", clean });
     if (!clean) return await new Promise(() => {});
   }

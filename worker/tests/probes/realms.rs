@@ -454,6 +454,93 @@ async fn one_jobs_data_never_reaches_the_next_jobs_heap() {
     assert_ran(&scanned.outcome, 0, "scanned, found none\n");
 }
 
+/// A job's wasm memory, once its realm is freed, serves the next job's
+/// instance (the kernel has its pages already), with every byte
+/// rewritten: the snapshot's image, then zeros. The marker here is written
+/// where the image has only zeros, at the memory's end, without growing it
+/// (a grown memory is never reused), so a restore that skipped the image's
+/// zero pages, as one into fresh memory does, would leave it.
+#[tokio::test]
+async fn a_reused_memory_keeps_no_byte_of_the_last_job() {
+    let runner = lane_runner().await;
+    let lane = "realms-reused-heap";
+    let write = r#"
+import js, pyodide_js
+js.probe_module = pyodide_js._module
+print(js.eval("""(() => {
+  const heap = probe_module.HEAPU8;
+  const length = heap.length;
+  const marker = [..."9Z7Q-TFEL"].reverse().map((c) => c.charCodeAt(0));
+  for (let at = length - 65536; at + 16 <= length; at += 16) heap.set(marker, at);
+  return probe_module.HEAPU8.length === length ? "wrote, same size" : "grew";
+})()"""))
+"#;
+    let left = run_in(&runner, lane, spec(Py, write)).await;
+    assert_ran(&left.outcome, 0, "wrote, same size\n");
+    let scanned = run_in(&runner, lane, spec(Py, HEAP_SCAN)).await;
+    assert_ran(&scanned.outcome, 0, "scanned, found none\n");
+    assert!(scanned.outcome.warm, "{:#?}", scanned.outcome);
+}
+
+/// The wasm memory a job's realm gets is made by the harness in a context
+/// of its own, with the realm's prototypes, and reused by the next realm
+/// only if the job left nothing on it: each job here changes the heap's
+/// buffer (a property, a symbol, its prototype, a freeze, growth) and the
+/// next finds a buffer of its own realm, extensible and bare, whether it
+/// was reused or not. The buffer is what a program reaches (Pyodide's
+/// `HEAPU8.buffer`); the memory object gets the same treatment.
+#[tokio::test]
+async fn a_reused_memory_carries_nothing_of_the_last_job() {
+    let runner = lane_runner().await;
+    let lane = "realms-reused-memory";
+    let check = with_foreign(
+        r#"
+import pyodide_js
+js.probe_module = pyodide_js._module
+print(js.eval("""(() => {
+  const buffer = probe_module.HEAPU8.buffer;
+  return [
+    foreign(buffer) ? "foreign" : "own",
+    Object.getPrototypeOf(buffer) === ArrayBuffer.prototype ? "prototype" : "another prototype",
+    Object.isExtensible(buffer) ? "extensible" : "not extensible",
+    `keys: ${Reflect.ownKeys(buffer).map(String).join(",") || "none"}`,
+  ].join(" ");
+})()"""))
+"#,
+    );
+    let leave = [
+        "probe_module.HEAPU8.buffer.marker = 'LEFT'",
+        "probe_module.HEAPU8.buffer[Symbol.for('runbox-probe')] = 'LEFT'",
+        "Object.setPrototypeOf(probe_module.HEAPU8.buffer, { marker: 'LEFT' })",
+        "Object.freeze(probe_module.HEAPU8.buffer)",
+        "Object.preventExtensions(probe_module.HEAPU8.buffer)",
+        "Object.preventExtensions(Object.setPrototypeOf(probe_module.HEAPU8.buffer, null))",
+    ];
+    for (i, leave) in leave.iter().enumerate() {
+        let code = format!("import js, pyodide_js\njs.probe_module = pyodide_js._module\njs.eval(\"{leave}\")\nprint('left')");
+        let left = run_in(&runner, lane, spec(Py, &code)).await;
+        assert_ran(&left.outcome, 0, "left\n");
+        let checked = run_in(&runner, lane, spec(Py, &check)).await;
+        assert_ran(&checked.outcome, 0, "own prototype extensible keys: none\n");
+        assert!(checked.outcome.warm, "after {i}: {:#?}", checked.outcome);
+    }
+    // A grown memory (a new buffer, made by the realm's own grow) is the
+    // job's own, and never reused.
+    let grow = with_foreign(
+        r#"
+import pyodide_js
+js.probe_module = pyodide_js._module
+before = js.eval("probe_module.HEAPU8.length")
+keep = bytearray(64 << 20)
+print(js.eval("probe_module.HEAPU8.length") > before, js.eval("foreign(probe_module.HEAPU8.buffer)"))
+"#,
+    );
+    let grown = run_in(&runner, lane, spec(Py, &grow)).await;
+    assert_ran(&grown.outcome, 0, "True False\n");
+    let checked = run_in(&runner, lane, spec(Py, &check)).await;
+    assert_ran(&checked.outcome, 0, "own prototype extensible keys: none\n");
+}
+
 /// Python that scans the job's wasm heap for the marker "LEFT-Q7Z9".
 const HEAP_SCAN: &str = r#"
 import js, pyodide_js
