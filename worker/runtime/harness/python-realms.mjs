@@ -349,8 +349,9 @@ export class PythonRealm {
         const memory = reused ? spare.memory : construct(Memory, [{ initial: pages, maximum: limit }]);
         spare = null;
         const buffer = apply(memoryBuffer, memory, []);
-        setPrototype(memory, memoryPrototype);
-        setPrototype(buffer, bufferPrototype);
+        if (!setPrototype(memory, memoryPrototype) || !setPrototype(buffer, bufferPrototype)) {
+          throw new Error("the memory is not bare");
+        }
         this.#heap = { memory, buffer, pages, maximum: limit, reused };
         return memory;
       },
@@ -403,7 +404,9 @@ export class PythonRealm {
 
   /**
    * Runs `job` (plain data, rebuilt by the harness); resolves with
-   * `{status, memoryError, files}`, read from plain values.
+   * `{status, memoryError, files}`, read from plain values. `memoryError`:
+   * the program ended on a MemoryError with its heap at half its cap or
+   * more (a program that raises one itself is not out of memory).
    */
   run(job, egress = null) {
     const context = this.#context;
@@ -423,7 +426,7 @@ export class PythonRealm {
         }
         resolve({
           status: typeof status === "number" ? status & 0xff : 1,
-          memoryError: memoryError === true,
+          memoryError: memoryError === true && this.memoryBytes() >= (Number(job.memory_mb) * 1024 * 1024) / 2,
           files: parsed,
         });
       };
@@ -502,9 +505,14 @@ export class PythonRealm {
   /** Ends the realm's use: its host functions and timers stop, and it is no longer referenced. */
   retire() {
     this.#live = false;
-    // Held with the realm's prototypes, the memory would keep it alive.
-    this.#spare = this.#heap && released(this.#heap) ? this.#heap : null;
+    // Held with the realm's prototypes, the memory would keep the realm
+    // alive: they are taken off now, and whether the memory can serve
+    // again is decided once the realm is gone (`spareMemory`). One that
+    // cannot already (grown, or the job made that impossible) is let go,
+    // to be freed with the realm.
+    const heap = this.#heap;
     this.#heap = null;
+    this.#spare = heap && setPrototype(heap.memory, null) && setPrototype(heap.buffer, null) && sameSize(heap) ? heap : null;
     this.#context = null;
     this.#egress?.clear();
     this.#egress = null;
@@ -521,30 +529,36 @@ export class PythonRealm {
 
   /**
    * The wasm memory the retired realm's job left, for the next realm's
-   * instance, once V8 has freed this realm: no code of the job's is left
-   * to read or write it then. Taken once.
+   * instance, if it is `released`. Only once V8 has freed this realm: until
+   * then the job's leftovers (a promise chain, say) may still run and
+   * change it, and after that no code of the job's is left. Taken once.
    */
   spareMemory() {
     if (!this.isGone()) return null;
     const spare = this.#spare;
     this.#spare = null;
-    return spare;
+    return spare && released(spare) ? spare : null;
   }
 }
 
 /**
- * Whether `heap`'s memory, its job over, can serve another realm: its
- * prototype and its buffer's set back to none (no longer the job's
- * realm's), and nothing else the job could have left on either: no
- * property of its own, not made non-extensible, the same buffer at the
- * same size (a memory grown or made resizable is not reused). Its bytes
- * are rewritten by the next realm's restore.
+ * Whether `heap`'s memory, its job over and its realm freed, can serve
+ * another realm: it and its buffer have no prototype (the job's realm's
+ * were taken off), no property of their own and are still extensible, and
+ * the buffer is the same at the same size (a memory grown or made
+ * resizable is not reused). Its bytes are rewritten by the next realm's
+ * restore. A private field a job stamped on either (a class constructor
+ * can return any object) stays, but no later job can name it.
  */
-function released({ memory, buffer, pages }) {
+function released(heap) {
   const bare = (object) => setPrototype(object, null) && isExtensible(object) && ownKeys(object).length === 0;
+  return bare(heap.memory) && bare(heap.buffer) && sameSize(heap);
+}
+
+/** Whether `heap`'s memory still has the buffer and size it was handed over with. */
+function sameSize({ memory, buffer, pages }) {
   try {
-    return bare(memory) && bare(buffer) && apply(memoryBuffer, memory, []) === buffer &&
-      apply(bufferLength, buffer, []) === pages * PAGE_BYTES;
+    return apply(memoryBuffer, memory, []) === buffer && apply(bufferLength, buffer, []) === pages * PAGE_BYTES;
   } catch {
     return false;
   }
