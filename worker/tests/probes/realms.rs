@@ -596,6 +596,31 @@ print("left")
     }
 }
 
+/// Whether a job that ends on a MemoryError was out of memory (its heap at
+/// half its cap or more) is read by the harness, with its own getters: a
+/// program that replaces its realm's `WebAssembly.Memory.prototype.buffer`
+/// to report a huge heap, then raises MemoryError, ends as a plain error,
+/// and its child serves the next job. (Found by a review: the realm read
+/// the size through that getter, and the harness then kept the child only
+/// for the runner to measure.)
+#[tokio::test]
+async fn a_jobs_heap_size_is_the_harnesss_to_read() {
+    let runner = lane_runner().await;
+    let lane = "realms-heap-size";
+    let code = r#"
+import js
+js.eval("""Object.defineProperty(WebAssembly.Memory.prototype, "buffer", {
+  configurable: true,
+  get() { return { byteLength: 4 * 1024 * 1024 * 1024 }; },
+})""")
+raise MemoryError("pretend")
+"#;
+    let pretended = run_in(&runner, lane, spec(Py, code)).await;
+    assert_eq!((pretended.outcome.status, pretended.outcome.exit_code), (Status::Completed, Some(1)), "{pretended:#?}");
+    assert!(pretended.outcome.stderr.contains("MemoryError: pretend"), "{pretended:#?}");
+    honest_after(&runner, lane, Some(true)).await;
+}
+
 /// Python that scans the job's wasm heap for the marker "LEFT-Q7Z9".
 const HEAP_SCAN: &str = r#"
 import js, pyodide_js
