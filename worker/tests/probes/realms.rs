@@ -493,21 +493,7 @@ print(js.eval("""(() => {
 async fn a_reused_memory_carries_nothing_of_the_last_job() {
     let runner = lane_runner().await;
     let lane = "realms-reused-memory";
-    let check = with_foreign(
-        r#"
-import pyodide_js
-js.probe_module = pyodide_js._module
-print(js.eval("""(() => {
-  const buffer = probe_module.HEAPU8.buffer;
-  return [
-    foreign(buffer) ? "foreign" : "own",
-    Object.getPrototypeOf(buffer) === ArrayBuffer.prototype ? "prototype" : "another prototype",
-    Object.isExtensible(buffer) ? "extensible" : "not extensible",
-    `keys: ${Reflect.ownKeys(buffer).map(String).join(",") || "none"}`,
-  ].join(" ");
-})()"""))
-"#,
-    );
+    let check = buffer_check();
     let leave = [
         "probe_module.HEAPU8.buffer.marker = 'LEFT'",
         "probe_module.HEAPU8.buffer[Symbol.for('runbox-probe')] = 'LEFT'",
@@ -554,18 +540,7 @@ print(js.eval("probe_module.HEAPU8.length") > before, js.eval("foreign(probe_mod
 async fn a_reused_memory_is_checked_once_its_realm_is_gone() {
     let runner = lane_runner().await;
     let lane = "realms-reused-late";
-    let check = r#"
-import js, pyodide_js
-js.probe_module = pyodide_js._module
-print(js.eval("""(() => {
-  const buffer = probe_module.HEAPU8.buffer;
-  return [
-    Object.getPrototypeOf(buffer) === ArrayBuffer.prototype ? "prototype" : "another prototype",
-    Object.isExtensible(buffer) ? "extensible" : "not extensible",
-    `keys: ${Reflect.ownKeys(buffer).map(String).join(",") || "none"}`,
-  ].join(" ");
-})()"""))
-"#;
+    let check = buffer_check();
     for late in
         ["buffer.marker = 'LEFT'", "buffer[Symbol.for('runbox-probe')] = 'LEFT'", "Object.preventExtensions(buffer)"]
     {
@@ -591,8 +566,8 @@ print("left")
         );
         let left = run_in(&runner, lane, spec(Py, &code)).await;
         assert_ran(&left.outcome, 0, "left\n");
-        let checked = run_in(&runner, lane, spec(Py, check)).await;
-        assert_ran(&checked.outcome, 0, "prototype extensible keys: none\n");
+        let checked = run_in(&runner, lane, spec(Py, &check)).await;
+        assert_ran(&checked.outcome, 0, "own prototype extensible keys: none\n");
     }
 }
 
@@ -619,6 +594,26 @@ raise MemoryError("pretend")
     assert_eq!((pretended.outcome.status, pretended.outcome.exit_code), (Status::Completed, Some(1)), "{pretended:#?}");
     assert!(pretended.outcome.stderr.contains("MemoryError: pretend"), "{pretended:#?}");
     honest_after(&runner, lane, Some(true)).await;
+}
+
+/// Python that describes the job's heap buffer: whether it is of the
+/// job's realm, with the realm's prototype, extensible, and its own keys.
+fn buffer_check() -> String {
+    with_foreign(
+        r#"
+import pyodide_js
+js.probe_module = pyodide_js._module
+print(js.eval("""(() => {
+  const buffer = probe_module.HEAPU8.buffer;
+  return [
+    foreign(buffer) ? "foreign" : "own",
+    Object.getPrototypeOf(buffer) === ArrayBuffer.prototype ? "prototype" : "another prototype",
+    Object.isExtensible(buffer) ? "extensible" : "not extensible",
+    `keys: ${Reflect.ownKeys(buffer).map(String).join(",") || "none"}`,
+  ].join(" ");
+})()"""))
+"#,
+    )
 }
 
 /// Python that scans the job's wasm heap for the marker "LEFT-Q7Z9".
