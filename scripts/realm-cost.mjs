@@ -5,10 +5,11 @@
 // --realm-only`, once for the harness in this tree and once for a
 // baseline's, so the two are compared in the same run.
 //
-//   deno run -A --v8-flags=--max-old-space-size=N,--expose-gc,--no-concurrent-recompilation \
+//   deno run -A --v8-flags=--max-old-space-size=N,FLAGS \
 //     realm-cost.mjs HARNESS_DIR PYODIDE_DIR SNAPSHOT JOBS [CODE]
 //
-// (the V8 flags a shared Python child starts with: worker/src/sandbox/command.rs)
+// (FLAGS: those a shared Python child starts with, in
+// worker/runtime/shared-python.v8-flags, comma-separated)
 //
 // Prints one JSON line: the median CPU (user + system, every thread) and
 // wall time of a job's whole cycle, in ms, and how many realms V8 had not

@@ -148,13 +148,10 @@ pub fn deno_command(
     }
     let mut v8_flags = format!("--v8-flags=--max-old-space-size={}", limits.memory_mb);
     if language == Language::Python && mode == ChildMode::Shared {
-        // V8's own `gc`, which collects a finished job's realm with one
-        // mark-compact (python-realms.mjs takes it; python-realm.js takes
-        // the one every job's realm then gets). JS is optimized on the
-        // main thread: a background compile still in flight when a job
-        // ends holds its realm through that mark-compact (most of a new
-        // child's first jobs did), and the child was then replaced.
-        v8_flags.push_str(",--expose-gc,--no-concurrent-recompilation");
+        for flag in shared_python_v8_flags() {
+            v8_flags.push(',');
+            v8_flags.push_str(flag);
+        }
     }
     args.push(v8_flags.into());
     match language {
@@ -272,6 +269,16 @@ pub fn deno_command(
 /// its three pipes, whatever the worker inherited from whoever started it.
 /// (Marking rather than closing keeps the pipe through which the standard
 /// library reports a failed exec.) Async-signal-safe: plain syscalls.
+/// The V8 flags a shared Python child adds to its heap limit, each with its
+/// reason, in `worker/runtime/shared-python.v8-flags` (which the bench
+/// reads too).
+fn shared_python_v8_flags() -> impl Iterator<Item = &'static str> {
+    include_str!("../../runtime/shared-python.v8-flags")
+        .lines()
+        .map(|line| line.split('#').next().unwrap_or("").trim())
+        .filter(|flag| !flag.is_empty())
+}
+
 fn close_inherited_descriptors() -> std::io::Result<()> {
     use nix::libc;
     #[allow(unsafe_code)]
@@ -301,6 +308,21 @@ impl NetworkIsolation {
             NetworkIsolation::None => None,
             NetworkIsolation::Namespace => Some(CloneFlags::CLONE_NEWNET),
             NetworkIsolation::UserAndNetworkNamespace => Some(CloneFlags::CLONE_NEWUSER | CloneFlags::CLONE_NEWNET),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shared_python_v8_flags_are_single_flags() {
+        let flags: Vec<_> = shared_python_v8_flags().collect();
+        assert!(flags.contains(&"--expose-gc"), "{flags:?}");
+        for flag in flags {
+            // Deno takes them as one comma-separated argument.
+            assert!(flag.starts_with("--") && !flag.contains([',', ' ', '\t']), "{flag:?}");
         }
     }
 }
