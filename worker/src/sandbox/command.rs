@@ -265,10 +265,6 @@ pub fn deno_command(
     command
 }
 
-/// Marks every descriptor from 3 up close-on-exec, so the child gets only
-/// its three pipes, whatever the worker inherited from whoever started it.
-/// (Marking rather than closing keeps the pipe through which the standard
-/// library reports a failed exec.) Async-signal-safe: plain syscalls.
 /// The V8 flags a shared Python child adds to its heap limit, each with its
 /// reason, in `worker/runtime/shared-python.v8-flags` (which the bench
 /// reads too).
@@ -279,6 +275,10 @@ fn shared_python_v8_flags() -> impl Iterator<Item = &'static str> {
         .filter(|flag| !flag.is_empty())
 }
 
+/// Marks every descriptor from 3 up close-on-exec, so the child gets only
+/// its three pipes, whatever the worker inherited from whoever started it.
+/// (Marking rather than closing keeps the pipe through which the standard
+/// library reports a failed exec.) Async-signal-safe: plain syscalls.
 fn close_inherited_descriptors() -> std::io::Result<()> {
     use nix::libc;
     #[allow(unsafe_code)]
