@@ -26,7 +26,6 @@ async fn append_entry(redis: &Redis, id: &str, payload: &str, signature: &str) {
         .arg("MKSTREAM")
         .query_async(&mut conn)
         .await;
-    let _: i64 = redis.cmd(redis::cmd("RPUSH").arg(keys().ready_owners()).arg("alice")).await;
     let _: String = redis
         .cmd(
             redis::cmd("XADD")
@@ -40,6 +39,10 @@ async fn append_entry(redis: &Redis, id: &str, payload: &str, signature: &str) {
                 .arg(signature),
         )
         .await;
+    // The owner joins the ready ring only once the entry is there, as an
+    // enqueue does: a claim in between would find nothing and take the
+    // owner out of the ring again, and the entry would wait for ever.
+    let _: i64 = redis.cmd(redis::cmd("RPUSH").arg(keys().ready_owners()).arg("alice")).await;
 }
 
 async fn until_rejected(redis: &Redis, id: &str) {
