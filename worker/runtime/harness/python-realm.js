@@ -196,7 +196,11 @@
     };
     // Pyodide sizes the memory from the snapshot's length and reads its
     // header; the harness copies the image (see restoreMemory).
-    const snapshot = new Uint8Array(size);
+    // A buffer that reserves its size and commits none of it until touched:
+    // a plain one of 30 MB is zeroed byte by byte in every realm.
+    const reserved = new ArrayBuffer(header.length, { maxByteLength: Math.max(size, header.length) });
+    reserved.resize(Math.max(size, header.length));
+    const snapshot = new Uint8Array(reserved);
     snapshot.set(header);
     realm.__runboxRestore = () => restoreMemory();
     // The exports relocated as Emscripten's relocateExports does, without
