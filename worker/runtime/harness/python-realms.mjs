@@ -247,6 +247,8 @@ export async function prepareRealms(dir, snapshotPath, realmSource, fetchSource 
 }
 
 const PAGE = 4096;
+/** The name a realm reads the runner's compiled code by (see `keepCompiledRunner`). */
+const COMPILED_RUNNER = "runner.marshal";
 
 /**
  * The [start, end) byte ranges, in whole pages, that restoring `image`
@@ -318,6 +320,7 @@ export class PythonRealm {
     const memoryPrototype = vm.runInContext("WebAssembly.Memory.prototype", context);
     const bufferPrototype = vm.runInContext("ArrayBuffer.prototype", context);
     const live = () => this.#live;
+    let booting = true;
     const host = {
       fileSize: (name) => assets.files.get(String(name))?.length ?? -1,
       readFile: (name, into) => {
@@ -372,6 +375,11 @@ export class PythonRealm {
         if (!this.#heap || wasmMemoryOf(imports) !== this.#heap.memory) throw new Error("not the realm's memory");
         return construct(Instance, [assets.module, imports]);
       },
+      // The runner's code, compiled by the first realm while it boots
+      // (before any program has run in it), for every later realm to load.
+      keepCompiledRunner: (bytes) => {
+        if (booting && !assets.files.has(COMPILED_RUNNER)) assets.files.set(COMPILED_RUNNER, own(bytes));
+      },
       // Where the module's symbols it no longer exports are (pyodide-wasm.mjs).
       symbolSlot: (name) => assets.symbols.get(String(name))?.slot ?? -1,
       symbolAddress: (name) => assets.symbols.get(String(name))?.address ?? -1,
@@ -410,6 +418,7 @@ export class PythonRealm {
       tableSize: assets.tableSize,
       packagesUrl: String(packagesUrl),
     });
+    booting = false;
     if (this.#heap?.reused && !this.#restored) throw new Error("a reused memory was not restored");
   }
 
