@@ -8,11 +8,15 @@
 //
 // - the table slots the loader would fill one `table.set` at a time are
 //   an element segment of the module, filled by the instantiation;
-// - the module exports only the symbols the loader's glue names; every
+// - the module exports only the symbols the loader's glue reads; every
 //   other one (which a C extension's link, `dlsym` or ctypes may ask for)
 //   is found by name in `symbols`, as the table slot its function is in or
 //   the address of its data, and read from the instance when asked for
-//   (python-realm.js).
+//   (python-realm.js);
+// - the glue's definition of a symbol that no JS code of the glue reads
+//   (`var _f=Module["_f"]=wasmExports["f"];`, 3,500 of its 3,605) is left
+//   out: `Module._f`, for whoever asks for it (`ccall`, a program), is
+//   found the same way, when asked for.
 
 const decoder = new TextDecoder();
 
@@ -22,7 +26,8 @@ const KIND = { function: 0, table: 1, memory: 2, global: 3, tag: 4 };
 /**
  * Module `bytes` (pyodide.asm.wasm) as a realm links it, for glue `glue`
  * (pyodide.asm.js, patched): `bytes`, the changed module; `glue`, the glue
- * making its table with room for the slots the module now fills;
+ * making its table with room for the slots the module now fills, without
+ * the definitions of the symbols the module no longer exports;
  * `tableSize`, the table's size, which it keeps once linked; `symbols`,
  * name to `{ slot }` or `{ address }` (less the memory base) for each
  * symbol the module no longer exports.
@@ -32,7 +37,7 @@ export function linkModule(bytes, glue) {
   const tableStart = initialTableSize(glue);
   const tableBase = globalValue(glue, "___table_base");
   const internal = internalSymbols(glue);
-  const named = namedByGlue(glue);
+  const { named, definitions } = readsOfGlue(glue);
 
   // The element segments' slots, where the module's own code expects them.
   const slots = new Map();
@@ -66,7 +71,10 @@ export function linkModule(bytes, glue) {
     [SECTION.element]: elementSection(module, layout, tableStart),
   });
   const tableSize = tableStart + layout.length;
-  const sized = glue.replace(
+  // A definition whose symbol is no longer exported is left out.
+  const defined = glue.replace(DEFINITION, (statement, name) => (symbols.has(name) ? "" : statement));
+  if (![...definitions].some((name) => symbols.has(name))) throw new Error("pyodide-wasm.mjs left out no definition");
+  const sized = defined.replace(
     `wasmTable=new WebAssembly.Table({initial:${tableStart},`,
     `wasmTable=new WebAssembly.Table({initial:${tableSize},`,
   );
@@ -98,17 +106,27 @@ function isInternal(internal, name) {
   return internal.names.includes(name) || name.startsWith(internal.prefix);
 }
 
+/** The glue's definition of the variable and `Module` property for export `$1` (Emscripten's assignWasmExports). */
+const DEFINITION = /var _([\w$]+)=Module\["_\1"\]=wasmExports\["\1"\];/g;
+
 /**
- * The exports the glue reads by name (`wasmExports["name"]`,
- * `wasmExports.name`): it reads every other one only through the loader's
- * symbol lookup, which python-realm.js serves from `symbols`.
+ * What the glue reads of the exports: `named`, the exports its code reads
+ * by name (`wasmExports["name"]`, `wasmExports.name`) or through the
+ * variable of a definition (any `_name` identifier outside the
+ * definitions, taken as a read); `definitions`, every export the glue
+ * defines a variable for. It reads every other export only through the
+ * loader's symbol lookup (`wasmImports`) or `Module`, which python-realm.js
+ * serves from `symbols`.
  */
-function namedByGlue(glue) {
+function readsOfGlue(glue) {
+  const definitions = new Set(Array.from(glue.matchAll(DEFINITION), ([, name]) => name));
+  if (definitions.size < 1000) throw new Error("pyodide.asm.js no longer defines its exports as pyodide-wasm.mjs expects");
+  const rest = glue.replace(DEFINITION, "");
   const named = new Set();
-  for (const [, name] of glue.matchAll(/wasmExports\["([^"]+)"\]/g)) named.add(name);
-  for (const [, name] of glue.matchAll(/wasmExports\.([A-Za-z_$][\w$]*)/g)) named.add(name);
-  if (named.size < 1000) throw new Error("pyodide.asm.js no longer reads its exports as pyodide-wasm.mjs expects");
-  return named;
+  for (const [, name] of rest.matchAll(/wasmExports\["([^"]+)"\]/g)) named.add(name);
+  for (const [, name] of rest.matchAll(/wasmExports\.([A-Za-z_$][\w$]*)/g)) named.add(name);
+  for (const [, name] of rest.matchAll(/(?<![\w$.])_([\w$]+)/g)) if (definitions.has(name)) named.add(name);
+  return { named, definitions };
 }
 
 /**

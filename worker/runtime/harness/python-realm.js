@@ -224,8 +224,11 @@
     // The module's symbols: its exports, and those it no longer exports
     // (pyodide-wasm.mjs), each added to them when first asked for, as the
     // function in its table slot or the address of its data.
+    let find = () => {};
+    let wasmSymbols = null;
     realm.__runboxSymbols = (exports, table) => {
-      const find = (name) => {
+      wasmSymbols = exports;
+      find = (name) => {
         if (typeof name !== "string" || Object.hasOwn(exports, name)) return;
         const slot = symbolSlot(name);
         if (slot >= 0) exports[name] = table.get(slot);
@@ -249,6 +252,28 @@
         },
       });
     };
+    // `Module`'s prototype: `Module._f`, for a symbol `f` whose definition
+    // the glue no longer has (pyodide-wasm.mjs), is found as above and kept
+    // on `Module` when first asked for. It inherits from `Module`'s own
+    // prototype, which it reports as its own.
+    realm.__runboxModuleSymbols = (prototype) =>
+      new Proxy(Object.create(prototype), {
+        get(target, name, receiver) {
+          const value = symbolOfModule(name);
+          if (value === undefined) return Reflect.get(target, name, receiver);
+          Object.defineProperty(receiver, name, { value, writable: true, enumerable: true, configurable: true });
+          return value;
+        },
+        has(target, name) {
+          return symbolOfModule(name) !== undefined || Reflect.has(target, name);
+        },
+      });
+    const symbolOfModule = (name) => {
+      if (typeof name !== "string" || !name.startsWith("_")) return undefined;
+      const symbol = name.slice(1);
+      find(symbol);
+      return wasmSymbols && Object.hasOwn(wasmSymbols, symbol) ? wasmSymbols[symbol] : undefined;
+    };
     let pyodide;
     try {
       pyodide = await realm.loadPyodide({
@@ -264,6 +289,7 @@
       delete realm.__runboxRestore;
       delete realm.__runboxRelocate;
       delete realm.__runboxSymbols;
+      delete realm.__runboxModuleSymbols;
       delete realm.loadPyodide;
     }
     pyodide._api.config._loadSnapshot = undefined;

@@ -81,14 +81,16 @@ const PATCHES = [
   },
   {
     file: "pyodide.asm.js",
-    // The module factory adds some 5,000 properties to `Module`, each
+    // The module factory adds some 1,700 properties to `Module`, each
     // statement once per realm. V8 keeps an object that takes named
     // properties in fast mode for its first thousand or so, copying its
     // descriptors on every add: 3 ms of each realm. Deleting a property
     // that is not the last one added puts it in dictionary mode first,
-    // where an add is a hash insert.
+    // where an add is a hash insert. Its prototype finds the symbols whose
+    // definitions the glue no longer has (pyodide-wasm.mjs, python-realm.js).
     find: /var Module=moduleArg;/,
-    replace: "var Module=moduleArg;Module.__runboxA=0;Module.__runboxB=0;delete Module.__runboxA;delete Module.__runboxB;",
+    replace:
+      "var Module=moduleArg;Module.__runboxA=0;Module.__runboxB=0;delete Module.__runboxA;delete Module.__runboxB;Object.setPrototypeOf(Module,__runboxModuleSymbols(Object.getPrototypeOf(Module)));",
   },
   {
     file: "pyodide.asm.js",
