@@ -49,8 +49,9 @@ async fn python_exit_codes() {
 /// the harness resolves when asked (pyodide-wasm.mjs: the data of
 /// `_Py_NoneStruct` at None's address, libc++'s `std::__sort` for chars
 /// through its table slot), a function pointer called through the table
-/// reaches the right function, and a JS function whose address the module
-/// takes answers through its table slot.
+/// reaches the right function, a JS function whose address the module
+/// takes answers through its table slot, and Pyodide's `Module` has every
+/// function the glue no longer defines (`ccall` looks it up there).
 #[tokio::test]
 async fn python_c_level_linking() {
     let code = "import ctypes\n\
@@ -65,10 +66,14 @@ async fn python_c_level_linking() {
         sort(ctypes.addressof(text), ctypes.addressof(text) + 12, ctypes.addressof(text))\n\
         print(text.value)\n\
         print(sorted({1: 'a', 2: 'b'}.items(), key=lambda kv: -kv[0]), flush=True)\n\
+        import pyodide_js\n\
+        module = pyodide_js._module\n\
+        print(module.ccall('Py_IsInitialized', 'number', [], []), hasattr(module, '_PyLong_FromLong'), hasattr(module, '_no_such_symbol'), flush=True)\n\
         ctypes.CDLL(None).emscripten_console_log(b'through the table')";
     let outcome = exits(Py, code, 0).await;
     assert_eq!(
-        outcome.stdout, "1 1\n42\nTrue\nb' bnoorrsstux'\n[(2, 'b'), (1, 'a')]\nthrough the table\n",
+        outcome.stdout,
+        "1 1\n42\nTrue\nb' bnoorrsstux'\n[(2, 'b'), (1, 'a')]\n1 True False\nthrough the table\n",
         "{outcome:#?}"
     );
 }
