@@ -64,6 +64,9 @@ const memoryMaker = vm.createContext(vm.constants.DONT_CONTEXTIFY);
 const Memory = vm.runInContext("WebAssembly.Memory", memoryMaker);
 const PAGE_BYTES = 65536;
 
+/** A pattern that matches `text` as it is. */
+const literal = (text) => new RegExp(text.replace(/[.*+?^${}()|[\]\\]/g, "\\$&"));
+
 /** Pyodide's Emscripten script and loader, changed where a realm needs it. */
 const PATCHES = [
   {
@@ -91,6 +94,19 @@ const PATCHES = [
     find: /var Module=moduleArg;/,
     replace:
       "var Module=moduleArg;Module.__runboxA=0;Module.__runboxB=0;delete Module.__runboxA;delete Module.__runboxB;Object.setPrototypeOf(Module,__runboxModuleSymbols(Object.getPrototypeOf(Module)));",
+  },
+  {
+    file: "pyodide.asm.js",
+    // Pyodide's bootstrap fetches four Python objects through eval_code,
+    // which parses its source with `ast` and compiles it, 3.5 ms of CPU of
+    // every realm: they are imported instead. runPythonInternal_dict, the
+    // globals of those snippets (the loader runs no other), gets the names
+    // they bound.
+    find: literal(
+      'API.runPythonInternal_dict=API._pyodide._base.eval_code("{}"),API.importlib=API.runPythonInternal("import importlib; importlib");let o=API.importlib.import_module;API.sys=o("sys"),API.os=o("os");let i=API.runPythonInternal("import __main__; __main__.__dict__"),s=API.runPythonInternal("import builtins; builtins.__dict__");',
+    ),
+    replace:
+      'API.importlib=API._pyodide._base.import_module("importlib");let o=API.importlib.import_module;API.sys=o("sys"),API.os=o("os");let i=o("__main__").__dict__,s=o("builtins").__dict__;API.runPythonInternal_dict=o("builtins").dict();for(let n of["importlib","__main__","builtins"])API.runPythonInternal_dict.set(n,o(n));',
   },
   {
     file: "pyodide.asm.js",
