@@ -15,8 +15,9 @@
 //   (python-realm.js);
 // - the glue's definition of a symbol that no JS code of the glue reads
 //   (`var _f=Module["_f"]=wasmExports["f"];`, 3,500 of its 3,605) is left
-//   out: `Module._f`, for whoever asks for it (`ccall`, a program), is
-//   found the same way, when asked for.
+//   out: `Module._f`, for whoever asks for it (`ccall`, a program), and a
+//   bare `_f` in code the glue evaluates in its own scope (a side module's
+//   EM_JS, `emscripten_run_script`) are found the same way, when asked for.
 
 const decoder = new TextDecoder();
 

@@ -252,28 +252,34 @@
         },
       });
     };
-    // `Module`'s prototype: `Module._f`, for a symbol `f` whose definition
-    // the glue no longer has (pyodide-wasm.mjs), is found as above and kept
-    // on `Module` when first asked for. It inherits from `Module`'s own
-    // prototype, which it reports as its own.
-    realm.__runboxModuleSymbols = (prototype) =>
+    // The symbols whose definitions the glue no longer has (pyodide-wasm.mjs)
+    // are found as above when asked for, behind `prototype`, and kept on
+    // the object that asked. The glue's `Module` gets this prototype, for
+    // whoever asks there (`ccall`, a program), and so does the realm's
+    // global object, for code the glue evaluates in its own scope, which
+    // names them as bare variables (a side module's EM_JS and EM_ASM,
+    // `emscripten_run_script`). It reports `prototype` as its own.
+    const symbolsBehind = (prototype) =>
       new Proxy(Object.create(prototype), {
         get(target, name, receiver) {
-          const value = symbolOfModule(name);
+          const value = symbolNamed(name);
           if (value === undefined) return Reflect.get(target, name, receiver);
           Object.defineProperty(receiver, name, { value, writable: true, enumerable: true, configurable: true });
           return value;
         },
         has(target, name) {
-          return symbolOfModule(name) !== undefined || Reflect.has(target, name);
+          return symbolNamed(name) !== undefined || Reflect.has(target, name);
         },
       });
-    const symbolOfModule = (name) => {
-      if (typeof name !== "string" || !name.startsWith("_")) return undefined;
+    /** Symbol `f` for the name `_f`, once the instance is linked, or undefined. */
+    const symbolNamed = (name) => {
+      if (typeof name !== "string" || !name.startsWith("_") || !wasmSymbols) return undefined;
       const symbol = name.slice(1);
       find(symbol);
-      return wasmSymbols && Object.hasOwn(wasmSymbols, symbol) ? wasmSymbols[symbol] : undefined;
+      return Object.hasOwn(wasmSymbols, symbol) ? wasmSymbols[symbol] : undefined;
     };
+    realm.__runboxModuleSymbols = symbolsBehind;
+    Object.setPrototypeOf(realm, symbolsBehind(Object.getPrototypeOf(realm)));
     let pyodide;
     try {
       pyodide = await realm.loadPyodide({

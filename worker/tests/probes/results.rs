@@ -50,8 +50,10 @@ async fn python_exit_codes() {
 /// `_Py_NoneStruct` at None's address, libc++'s `std::__sort` for chars
 /// through its table slot), a function pointer called through the table
 /// reaches the right function, a JS function whose address the module
-/// takes answers through its table slot, and Pyodide's `Module` has every
-/// function the glue no longer defines (`ccall` looks it up there).
+/// takes answers through its table slot, and every function the glue no
+/// longer defines is still found: on Pyodide's `Module` (`ccall` looks it
+/// up there) and as a bare name in code the glue evaluates in its own
+/// scope (`emscripten_run_script`, as a side module's EM_JS).
 #[tokio::test]
 async fn python_c_level_linking() {
     let code = "import ctypes\n\
@@ -69,11 +71,14 @@ async fn python_c_level_linking() {
         import pyodide_js\n\
         module = pyodide_js._module\n\
         print(module.ccall('Py_IsInitialized', 'number', [], []), hasattr(module, '_PyLong_FromLong'), hasattr(module, '_no_such_symbol'), flush=True)\n\
+        run_script = ctypes.CDLL(None).emscripten_run_script_string\n\
+        run_script.argtypes, run_script.restype = [ctypes.c_char_p], ctypes.c_char_p\n\
+        print(run_script(b'typeof _PyLong_FromLong + typeof _Py_IsInitialized'), flush=True)\n\
         ctypes.CDLL(None).emscripten_console_log(b'through the table')";
     let outcome = exits(Py, code, 0).await;
     assert_eq!(
         outcome.stdout,
-        "1 1\n42\nTrue\nb' bnoorrsstux'\n[(2, 'b'), (1, 'a')]\n1 True False\nthrough the table\n",
+        "1 1\n42\nTrue\nb' bnoorrsstux'\n[(2, 'b'), (1, 'a')]\n1 True False\nb'functionfunction'\nthrough the table\n",
         "{outcome:#?}"
     );
 }
