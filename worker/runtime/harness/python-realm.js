@@ -201,8 +201,9 @@
     // header; the harness copies the image (see restoreMemory).
     // A buffer that reserves its size and commits none of it until touched:
     // a plain one of 30 MB is zeroed byte by byte in every realm.
-    const reserved = new ArrayBuffer(header.length, { maxByteLength: Math.max(size, header.length) });
-    reserved.resize(Math.max(size, header.length));
+    const length = Math.max(size, header.length);
+    const reserved = new ArrayBuffer(header.length, { maxByteLength: length });
+    reserved.resize(length);
     const snapshot = new Uint8Array(reserved);
     snapshot.set(header);
     realm.__runboxRestore = () => restoreMemory();
@@ -224,19 +225,18 @@
     // The module's symbols: its exports, and those it no longer exports
     // (pyodide-wasm.mjs), each added to them when first asked for, as the
     // function in its table slot or the address of its data.
-    let find = () => {};
-    let wasmSymbols = null;
+    let linked = null;
+    const find = (name) => {
+      if (!linked || typeof name !== "string" || Object.hasOwn(linked.exports, name)) return;
+      const slot = symbolSlot(name);
+      if (slot >= 0) linked.exports[name] = linked.table.get(slot);
+      else {
+        const address = symbolAddress(name);
+        if (address >= 0) linked.exports[name] = address + memoryBase;
+      }
+    };
     realm.__runboxSymbols = (exports, table) => {
-      wasmSymbols = exports;
-      find = (name) => {
-        if (typeof name !== "string" || Object.hasOwn(exports, name)) return;
-        const slot = symbolSlot(name);
-        if (slot >= 0) exports[name] = table.get(slot);
-        else {
-          const address = symbolAddress(name);
-          if (address >= 0) exports[name] = address + memoryBase;
-        }
-      };
+      linked = { exports, table };
       return new Proxy(exports, {
         get(target, name, receiver) {
           find(name);
@@ -273,10 +273,10 @@
       });
     /** Symbol `f` for the name `_f`, once the instance is linked, or undefined. */
     const symbolNamed = (name) => {
-      if (typeof name !== "string" || !name.startsWith("_") || !wasmSymbols) return undefined;
+      if (!linked || typeof name !== "string" || !name.startsWith("_")) return undefined;
       const symbol = name.slice(1);
       find(symbol);
-      return Object.hasOwn(wasmSymbols, symbol) ? wasmSymbols[symbol] : undefined;
+      return Object.hasOwn(linked.exports, symbol) ? linked.exports[symbol] : undefined;
     };
     realm.__runboxModuleSymbols = symbolsBehind;
     Object.setPrototypeOf(realm, symbolsBehind(Object.getPrototypeOf(realm)));
