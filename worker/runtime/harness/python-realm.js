@@ -71,6 +71,7 @@
     };
   const fileSize = guard(host.fileSize);
   const readFile = guard(host.readFile);
+  const readPart = guard(host.readPart);
   const decode = guard(host.decode);
   const write = guard(host.write);
   const now = guard(host.now);
@@ -153,6 +154,40 @@
     return bytes;
   }
 
+  /**
+   * Puts the harness's file `name` at `path` in the in-memory file system,
+   * read-only, its bytes read from the harness only where a program reads
+   * them. The packages zip is 7.4 MB, of which a job that imports no
+   * package not already in the snapshot reads nothing; copying it into
+   * every realm cost about 2 ms of CPU (docs/performance.md). A program
+   * that makes the file writable and changes it gets a copy of its own
+   * first: MEMFS grows contents through `subarray` and writes in place
+   * through `set`.
+   */
+  function placeReadOnly(FS, path, name) {
+    const size = fileSize(name);
+    if (size < 0) throw new Error(`runbox: no file ${name} to place at ${path}`);
+    FS.writeFile(path, new Uint8Array(0));
+    const node = FS.lookupPath(path).node;
+    node.contents = {
+      length: size,
+      subarray(start = 0, end = size) {
+        const from = Math.max(0, Math.min(size, Math.trunc(start)));
+        const bytes = new Uint8Array(Math.max(0, Math.min(size, Math.trunc(end)) - from));
+        readPart(name, from, bytes);
+        return bytes;
+      },
+      // MEMFS writes in place through `set`: the file becomes a copy.
+      set(source, offset) {
+        const copy = this.subarray();
+        copy.set(source, offset);
+        node.contents = copy;
+      },
+    };
+    node.usedBytes = size;
+    FS.chmod(path, 0o444);
+  }
+
   // The harness's name for the runner's compiled code, once it has it.
   const COMPILED_RUNNER = "runner.marshal";
   // Added to the exit status the runner returns when the program ended on a MemoryError.
@@ -207,6 +242,7 @@
     const snapshot = new Uint8Array(reserved);
     snapshot.set(header);
     realm.__runboxRestore = () => restoreMemory();
+    realm.__runboxPlaceStdlib = (FS, path) => placeReadOnly(FS, path, "/pyodide/python_stdlib.zip");
     // The exports relocated as Emscripten's relocateExports does, without
     // the GOT entries (see the patches in python-realms.mjs). The table
     // slots its updateGOT would have given them are filled already, by the
@@ -293,14 +329,14 @@
     } finally {
       wasm.instantiate = original;
       delete realm.__runboxRestore;
+      delete realm.__runboxPlaceStdlib;
       delete realm.__runboxRelocate;
       delete realm.__runboxSymbols;
       delete realm.__runboxModuleSymbols;
       delete realm.loadPyodide;
     }
     pyodide._api.config._loadSnapshot = undefined;
-    // A fresh copy, which the file system takes as it is rather than copying.
-    pyodide.FS.writeFile(packagesZip, fileBytes("packages.zip"), { canOwn: true });
+    placeReadOnly(pyodide.FS, packagesZip, "packages.zip");
     const sink = (fd) => ({
       write(bytes) {
         write(fd, bytes);

@@ -77,10 +77,11 @@ const PATCHES = [
   },
   {
     file: "pyodide.mjs",
-    // The standard library's 2.4 MB are the realm's own copy already: the
-    // in-memory file system takes them instead of copying them again.
-    find: /FS\.writeFile\(`\/lib\/python\$\{(\w)\}\$\{(\w)\}\.zip`,(\w)\)/,
-    replace: "FS.writeFile(`/lib/python${$1}${$2}.zip`,$3,{canOwn:true})",
+    // The standard library's zip (2.4 MB) is not read and copied into the
+    // file system: the realm places it there read-only, read from the
+    // harness where a program reads it (see placeReadOnly in python-realm.js).
+    find: /function (\w+)\((\w)\)\{let (\w)=\w+\(\2\);return async (\w)=>\{(.*?)try\{let (\w)=await \3;\4\.FS\.writeFile\(`\/lib\/python\$\{(\w)\}\$\{(\w)\}\.zip`,\6\)\}/,
+    replace: "function $1($2){return async $4=>{$5try{globalThis.__runboxPlaceStdlib($4.FS,`/lib/python${$7}${$8}.zip`)}",
   },
   {
     file: "pyodide.asm.js",
@@ -344,6 +345,16 @@ export class PythonRealm {
       readFile: (name, into) => {
         const bytes = assets.files.get(String(name));
         if (bytes && apply(typedLength, into, []) === bytes.length) apply(typedSet, into, [bytes]);
+      },
+      // Part of a file, from byte `position` on, as much as fits `into`;
+      // returns how many bytes it wrote.
+      readPart: (name, position, into) => {
+        const bytes = assets.files.get(String(name));
+        const start = Number(position);
+        if (!live() || !bytes || !Number.isSafeInteger(start) || start < 0 || start > bytes.length) return 0;
+        const count = Math.min(apply(typedLength, into, []), bytes.length - start);
+        apply(typedSet, into, [bytes.subarray(start, start + count)]);
+        return count;
       },
       decode: (bytes) => decoder.decode(own(bytes)),
       write: (fd, bytes) => {

@@ -616,6 +616,49 @@ print(js.eval("""(() => {
     )
 }
 
+/// The standard library's and the packages' zips are read from the
+/// harness where a job reads them, not copied into its realm: a job that
+/// makes them writable and changes them, in place, by appending and by
+/// truncating, changes its own file system only. The next job in the same
+/// child finds both whole (every member's CRC checked) and imports from
+/// them.
+#[tokio::test]
+async fn a_jobs_changes_to_the_zips_stay_in_its_realm() {
+    let runner = lane_runner().await;
+    let lane = "realms-zips";
+    let change = r#"
+import os, sys
+stdlib = next(p for p in sys.path if p.endswith(".zip") and "/python3" in p)
+for path in (stdlib, "/lib/packages.zip"):
+    os.chmod(path, 0o644)
+    with open(path, "r+b") as f:
+        f.seek(0)
+        f.write(b"LEFT" * 64)
+    with open(path, "ab") as f:
+        f.write(b"LEFT")
+    with open(path, "rb") as f:
+        assert f.read(4) == b"LEFT"
+os.truncate(stdlib, 100)
+print("changed")
+"#;
+    let check = r#"
+import os, sys, zipfile
+stdlib = next(p for p in sys.path if p.endswith(".zip") and "/python3" in p)
+for path in (stdlib, "/lib/packages.zip"):
+    with zipfile.ZipFile(path) as z:
+        assert z.testzip() is None, path
+        assert len(z.namelist()) > 500, path
+    assert os.stat(path).st_mode & 0o222 == 0, path
+import tabulate, tomllib
+print(tabulate.tabulate([[tomllib.loads("a = 1")["a"]]]).strip())
+"#;
+    let changed = run_in(&runner, lane, spec(Py, change)).await;
+    assert_ran(&changed.outcome, 0, "changed\n");
+    let checked = run_in(&runner, lane, spec(Py, check)).await;
+    assert_ran(&checked.outcome, 0, "-\n1\n-\n");
+    assert!(checked.outcome.warm, "{:#?}", checked.outcome);
+}
+
 /// Python that scans the job's wasm heap for the marker "LEFT-Q7Z9".
 const HEAP_SCAN: &str = r#"
 import js, pyodide_js
