@@ -26,6 +26,8 @@
   // through these, so a program that replaces Reflect.apply later never
   // sees a host function.
   const apply = Reflect.apply;
+  const { max, min, trunc } = Math;
+  const Bytes = Uint8Array;
   delete realm.console;
   closeDenoHooks();
 
@@ -156,28 +158,28 @@
 
   /**
    * Puts the harness's file `name` at `path` in the in-memory file system,
-   * read-only, its bytes read from the harness only where a program reads
-   * them. The packages zip is 7.4 MB, of which a job that imports no
-   * package not already in the snapshot reads nothing; copying it into
+   * its bytes read from the harness only where a program reads them
+   * (through `subarray`, which a patch in python-realms.mjs has MEMFS use
+   * for every read and mapping of such a file). The packages zip is
+   * 7.4 MB and the standard library's 2.4 MB, of which a job that imports
+   * nothing the snapshot has not imported reads nothing; copying them into
    * every realm cost about 2 ms of CPU (docs/performance.md). A program
-   * that makes the file writable and changes it gets a copy of its own
-   * first: MEMFS grows contents through `subarray` and writes in place
-   * through `set`.
+   * that changes the file gets a copy of its own first: MEMFS grows
+   * contents through `subarray` and writes in place through `set`.
    */
-  function placeReadOnly(FS, path, name) {
+  function placeLazily(FS, path, name) {
     const size = fileSize(name);
     if (size < 0) throw new Error(`runbox: no file ${name} to place at ${path}`);
-    FS.writeFile(path, new Uint8Array(0));
+    FS.writeFile(path, new Bytes(0));
     const node = FS.lookupPath(path).node;
     node.contents = {
       length: size,
       subarray(start = 0, end = size) {
-        const from = Math.max(0, Math.min(size, Math.trunc(start)));
-        const bytes = new Uint8Array(Math.max(0, Math.min(size, Math.trunc(end)) - from));
+        const from = max(0, min(size, trunc(start)));
+        const bytes = new Bytes(max(0, min(size, trunc(end)) - from));
         readPart(name, from, bytes);
         return bytes;
       },
-      // MEMFS writes in place through `set`: the file becomes a copy.
       set(source, offset) {
         const copy = this.subarray();
         copy.set(source, offset);
@@ -185,7 +187,6 @@
       },
     };
     node.usedBytes = size;
-    FS.chmod(path, 0o444);
   }
 
   // The harness's name for the runner's compiled code, once it has it.
@@ -242,7 +243,7 @@
     const snapshot = new Uint8Array(reserved);
     snapshot.set(header);
     realm.__runboxRestore = () => restoreMemory();
-    realm.__runboxPlaceStdlib = (FS, path) => placeReadOnly(FS, path, "/pyodide/python_stdlib.zip");
+    realm.__runboxPlaceStdlib = (FS, path) => placeLazily(FS, path, "/pyodide/python_stdlib.zip");
     // The exports relocated as Emscripten's relocateExports does, without
     // the GOT entries (see the patches in python-realms.mjs). The table
     // slots its updateGOT would have given them are filled already, by the
@@ -336,7 +337,7 @@
       delete realm.loadPyodide;
     }
     pyodide._api.config._loadSnapshot = undefined;
-    placeReadOnly(pyodide.FS, packagesZip, "packages.zip");
+    placeLazily(pyodide.FS, packagesZip, "packages.zip");
     const sink = (fd) => ({
       write(bytes) {
         write(fd, bytes);

@@ -78,10 +78,27 @@ const PATCHES = [
   {
     file: "pyodide.mjs",
     // The standard library's zip (2.4 MB) is not read and copied into the
-    // file system: the realm places it there read-only, read from the
-    // harness where a program reads it (see placeReadOnly in python-realm.js).
+    // file system: the realm places it there, read from the harness where
+    // a program reads it (see placeLazily in python-realm.js).
     find: /function (\w+)\((\w)\)\{let (\w)=\w+\(\2\);return async (\w)=>\{(.*?)try\{let (\w)=await \3;\4\.FS\.writeFile\(`\/lib\/python\$\{(\w)\}\$\{(\w)\}\.zip`,\6\)\}/,
     replace: "function $1($2){return async $4=>{$5try{globalThis.__runboxPlaceStdlib($4.FS,`/lib/python${$7}${$8}.zip`)}",
+  },
+  {
+    file: "pyodide.asm.js",
+    // A file whose bytes the realm reads from the harness (placeLazily in
+    // python-realm.js) is read through its `subarray`, however few bytes
+    // are read: MEMFS reads up to 8 bytes by index, which only a typed
+    // array has.
+    find: literal("if(size>8&&contents.subarray){buffer.set(contents.subarray(position,position+size),offset)}"),
+    replace:
+      "if((size>8||!ArrayBuffer.isView(contents))&&contents.subarray){buffer.set(contents.subarray(position,position+size),offset)}",
+  },
+  {
+    file: "pyodide.asm.js",
+    // ... and mapped through it too, even whole: MEMFS copies a whole
+    // file's contents into the mapping as they are.
+    find: literal("if(position>0||position+length<contents.length){if(contents.subarray)"),
+    replace: "if(position>0||position+length<contents.length||!ArrayBuffer.isView(contents)){if(contents.subarray)",
   },
   {
     file: "pyodide.asm.js",
@@ -350,10 +367,9 @@ export class PythonRealm {
       // returns how many bytes it wrote.
       readPart: (name, position, into) => {
         const bytes = assets.files.get(String(name));
-        const start = Number(position);
-        if (!live() || !bytes || !Number.isSafeInteger(start) || start < 0 || start > bytes.length) return 0;
-        const count = Math.min(apply(typedLength, into, []), bytes.length - start);
-        apply(typedSet, into, [bytes.subarray(start, start + count)]);
+        if (!live() || !bytes || !Number.isSafeInteger(position) || position < 0 || position > bytes.length) return 0;
+        const count = Math.min(apply(typedLength, into, []), bytes.length - position);
+        apply(typedSet, into, [bytes.subarray(position, position + count)]);
         return count;
       },
       decode: (bytes) => decoder.decode(own(bytes)),
