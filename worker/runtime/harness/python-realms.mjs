@@ -270,6 +270,8 @@ export async function prepareRealms(dir, snapshotPath, realmSource, fetchSource 
       ["/pyodide/python_stdlib.zip", read("python_stdlib.zip")],
       ["dylink.wasm", dylinkStub(module)],
       ["packages.zip", readPackages(dir) ?? new Uint8Array(0)],
+      // The small-object allocator each realm installs (small-objects.wat).
+      ["small-objects.wasm", read("small-objects.wasm")],
     ]),
     lock: decoder.decode(read("pyodide-lock.json")),
     tableSize: linked.tableSize,

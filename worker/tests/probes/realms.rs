@@ -665,6 +665,59 @@ print(tabulate.tabulate([[tomllib.loads("a = 1")["a"]]]).strip())
     assert!(checked.outcome.warm, "{:#?}", checked.outcome);
 }
 
+/// Every job's realm puts the small-object allocator (small-objects.wat)
+/// under CPython's object and memory domains, and leaves the raw domain to
+/// dlmalloc; a run of allocations, frees and reallocations of every small
+/// size gives what CPython gives natively (the digest is native CPython's,
+/// as 3.11 and 3.13 print it). Twice in one child: each realm installs its
+/// own.
+#[tokio::test]
+async fn every_jobs_realm_allocates_small_objects_as_cpython_expects() {
+    let runner = lane_runner().await;
+    let lane = "realms-small-objects";
+    let code = r#"
+import ctypes, gc, hashlib, random
+class Allocator(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_void_p) for name in ("ctx", "malloc", "calloc", "realloc", "free")]
+def allocator(domain):
+    found = Allocator()
+    ctypes.pythonapi.PyMem_GetAllocator(ctypes.c_int(domain), ctypes.byref(found))
+    return found
+raw, mem, obj = allocator(0), allocator(1), allocator(2)
+print(raw.ctx is None, obj.ctx is not None and mem.ctx == obj.ctx, obj.malloc not in (None, raw.malloc))
+random.seed(7)
+keep = {}
+for i in range(30000):
+    k = random.randrange(2000)
+    r = random.random()
+    if r < 0.3:
+        keep[k] = [random.random() for _ in range(random.randrange(40))]
+    elif r < 0.5:
+        s = ""
+        for _ in range(random.randrange(20)): s += str(random.randrange(10**9))
+        keep[k] = s
+    elif r < 0.6:
+        b = bytearray()
+        for _ in range(random.randrange(30)): b += bytes([random.randrange(256)]) * random.randrange(50)
+        keep[k] = bytes(b)
+    elif r < 0.8:
+        keep[k] = {j: (j, str(j)) for j in range(random.randrange(30))}
+    elif r < 0.9:
+        keep.pop(k, None)
+    else:
+        keep[k] = tuple(range(random.randrange(100))) + (10**random.randrange(60),)
+    if i % 5000 == 0: gc.collect()
+digest = hashlib.sha256()
+for k in sorted(keep): digest.update(repr((k, keep[k])).encode())
+print(len(keep), digest.hexdigest()[:16])
+"#;
+    for run in 0..2 {
+        let report = run_in(&runner, lane, spec(Py, code)).await;
+        assert_ran(&report.outcome, 0, "True True True\n1798 4eb2e7b9807f47f1\n");
+        assert!(run == 0 || report.outcome.warm, "{:#?}", report.outcome);
+    }
+}
+
 /// Python that scans the job's wasm heap for the marker "LEFT-Q7Z9".
 const HEAP_SCAN: &str = r#"
 import js, pyodide_js
