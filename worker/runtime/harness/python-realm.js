@@ -203,18 +203,20 @@
     const allocator = new WebAssembly.Instance(new WebAssembly.Module(fileBytes("small-objects.wasm")), {
       env: { memory: heap.memory, malloc: module._malloc, free: module._free, realloc: module._realloc, memalign: module._memalign },
     });
-    // Its state, then its map: a byte per 16 KiB of the memory's maximum.
-    const ctx = module._calloc(1, 1024 + heap.maximum * (PAGE / 16384));
-    const words = new Uint32Array(heap.memory.buffer);
-    // The pools may take up to a quarter of the memory's maximum.
-    words[(ctx + 780) >>> 2] = (heap.maximum * PAGE) / 4;
+    // PyMemAllocatorEx (ctx, malloc, calloc, realloc, free), then the
+    // allocator's state and its map, a byte per 16 KiB of the memory's
+    // maximum.
+    const struct = module._calloc(1, 32 + 1024 + heap.maximum * (PAGE / 16384));
+    if (!struct) throw new Error("runbox: no memory for the small-object allocator");
+    const ctx = struct + 32;
     const table = module.wasmTable;
     const slot = table.grow(4);
     const { alloc, calloc, realloc, free } = allocator.exports;
     [alloc, calloc, realloc, free].forEach((f, i) => table.set(slot + i, f));
-    // PyMemAllocatorEx: ctx, malloc, calloc, realloc, free.
-    const struct = module._malloc(20);
+    const words = new Uint32Array(heap.memory.buffer);
     words.set([ctx, slot, slot + 1, slot + 2, slot + 3], struct >>> 2);
+    // The most the pools may take: a sixteenth of the memory's maximum.
+    words[(ctx + 780) >>> 2] = (heap.maximum * PAGE) / 16;
     const PYMEM_DOMAIN_MEM = 1;
     const PYMEM_DOMAIN_OBJ = 2;
     module._PyMem_SetAllocator(PYMEM_DOMAIN_MEM, struct);

@@ -9,12 +9,15 @@
 ;; Blocks of up to 512 bytes come in 32 classes of 16 bytes each, carved
 ;; from 16 KiB pools, which come from 128 KiB arenas taken from dlmalloc
 ;; (memalign) and never given back while the job runs: the job's realm and
-;; its memory go with the job. A freed block goes on its class's free list.
-;; Larger blocks, and every block once the pools reach a quarter of the
-;; memory's maximum, are dlmalloc's, so memory that small objects freed and
-;; no later object of their size uses stays bounded. Blocks allocated
-;; before the allocator was installed (the snapshot's objects) are freed
-;; through dlmalloc: the map says which pools are this allocator's.
+;; its memory go with the job. A freed block goes on its class's free list
+;; and serves only its class again, so the pools may take a sixteenth of
+;; the memory's maximum at most (set at install): past that, and for
+;; larger blocks, dlmalloc serves, and a job that fills its memory with
+;; objects of one size and then of another runs out at most that much
+;; sooner than with dlmalloc alone. A block reallocated to half its class
+;; or less moves to a smaller one. Blocks allocated before the allocator
+;; was installed (the snapshot's objects) are freed through dlmalloc: the
+;; map says which pools are this allocator's.
 ;;
 ;; Every function takes `ctx`, a block of the job's memory (calloc'ed at
 ;; install, so zero but for the limit), laid out as:
@@ -86,6 +89,12 @@
       (then (return (i32.const 0))))
     (local.set $arena (call $sys_memalign (i32.const 16384) (i32.const 131072)))
     (if (i32.eqz (local.get $arena)) (then (return (i32.const 0))))
+    ;; One that ends at the top of a 4 GiB memory would wrap the ends the
+    ;; cursors compare against: dlmalloc keeps it.
+    (if (i32.gt_u (local.get $arena) (i32.const 0xfffd0000))
+      (then
+        (call $sys_free (local.get $arena))
+        (return (i32.const 0))))
     (i32.store offset=776 (local.get $ctx) (i32.add (i32.load offset=776 (local.get $ctx)) (i32.const 131072)))
     (i32.store offset=768 (local.get $ctx) (i32.add (local.get $arena) (i32.const 16384)))
     (i32.store offset=772 (local.get $ctx) (i32.add (local.get $arena) (i32.const 131072)))
@@ -108,7 +117,8 @@
     (i32.store (local.get $head) (local.get $block)))
 
   ;; A block of `size` bytes with the first bytes of `block`; `block` stays
-  ;; if it has room, as dlmalloc's stay dlmalloc's.
+  ;; if it has room and would not fit a class of half its size, and one of
+  ;; dlmalloc's stays dlmalloc's.
   (func $realloc (export "realloc") (param $ctx i32) (param $block i32) (param $size i32) (result i32)
     (local $c i32) (local $moved i32)
     (if (i32.eqz (local.get $block)) (then (return (call $alloc (local.get $ctx) (local.get $size)))))
@@ -116,11 +126,20 @@
     (local.set $c (call $class (local.get $ctx) (local.get $block)))
     (if (i32.eqz (local.get $c))
       (then (return (call $sys_realloc (local.get $block) (local.get $size)))))
-    (if (i32.le_u (local.get $size) (i32.shl (local.get $c) (i32.const 4)))
+    (if (i32.and
+          (i32.le_u (local.get $size) (i32.shl (local.get $c) (i32.const 4)))
+          (i32.gt_u (local.get $size) (i32.shl (local.get $c) (i32.const 3))))
       (then (return (local.get $block))))
     (local.set $moved (call $alloc (local.get $ctx) (local.get $size)))
-    (if (i32.eqz (local.get $moved)) (then (return (i32.const 0))))
-    (memory.copy (local.get $moved) (local.get $block) (i32.shl (local.get $c) (i32.const 4)))
+    (if (i32.eqz (local.get $moved))
+      (then
+        ;; A shrink that found no smaller block keeps its own.
+        (if (i32.le_u (local.get $size) (i32.shl (local.get $c) (i32.const 4)))
+          (then (return (local.get $block))))
+        (return (i32.const 0))))
+    (memory.copy (local.get $moved) (local.get $block)
+      (select (local.get $size) (i32.shl (local.get $c) (i32.const 4))
+        (i32.lt_u (local.get $size) (i32.shl (local.get $c) (i32.const 4)))))
     (call $free (local.get $ctx) (local.get $block))
     (local.get $moved))
 
