@@ -36,7 +36,8 @@
   (import "env" "realloc" (func $sys_realloc (param i32 i32) (result i32)))
   (import "env" "memalign" (func $sys_memalign (param i32 i32) (result i32)))
 
-  ;; A block of `size` bytes (a unique one for 0), 16-byte aligned, or 0.
+  ;; A block of `size` bytes (a unique one for 0), or 0: 16-byte aligned
+  ;; from a pool, 8-byte aligned from dlmalloc.
   (func $alloc (export "alloc") (param $ctx i32) (param $size i32) (result i32)
     (local $c i32) (local $head i32) (local $block i32)
     (if (i32.gt_u (local.get $size) (i32.const 512))
