@@ -876,7 +876,11 @@ async fn tenancy_warm_children_serve_only_their_token() {
     tokio::time::sleep(Duration::from_secs(5)).await;
     let first = run_as(&api, BOB, &python).await;
     let bobs = assert_fresh(&first, &[alices], "bob's first job");
-    assert_eq!(first["timings"]["boot_ms"], 0, "bob's first job waited for a boot: {first}");
+    // A boot takes hundreds of milliseconds; taking a pooled child, a
+    // millisecond or two when the other tests load the two cores (one CI
+    // run measured 1).
+    let waited = first["timings"]["boot_ms"].as_u64().expect("boot_ms");
+    assert!(waited < 100, "bob's first job waited for a boot: {first}");
     assert_warm_in(&run_as(&api, BOB, &python).await, bobs, "bob's second job");
     assert_warm_in(&run_as(&api, ALICE, &python).await, alices, "alice's child was kept");
 
