@@ -17,7 +17,7 @@
 //
 // Pyodide runs here as in a JS shell (`read`, `readbuffer` and `load`
 // defined), so it looks for no Node, Deno or browser API. Its files come
-// from the harness through `host.fileSize`/`host.readFile`; the memory
+// from the harness through `host.fileSize`/`host.readPart`; the memory
 // snapshot is copied by the harness straight into the instance's memory.
 (function pythonRealm(host) {
   "use strict";
@@ -72,7 +72,6 @@
       }
     };
   const fileSize = guard(host.fileSize);
-  const readFile = guard(host.readFile);
   const readPart = guard(host.readPart);
   const decode = guard(host.decode);
   const write = guard(host.write);
@@ -152,7 +151,7 @@
     const size = fileSize(name);
     if (size < 0) throw new Error(`runbox: Pyodide asked for a file it was not given: ${name}`);
     const bytes = new Uint8Array(size);
-    readFile(name, bytes);
+    readPart(name, 0, bytes);
     return bytes;
   }
 

@@ -361,12 +361,8 @@ export class PythonRealm {
     let booting = true;
     const host = {
       fileSize: (name) => assets.files.get(String(name))?.length ?? -1,
-      readFile: (name, into) => {
-        const bytes = assets.files.get(String(name));
-        if (bytes && apply(typedLength, into, []) === bytes.length) apply(typedSet, into, [bytes]);
-      },
-      // Part of a file, from byte `position` on, as much as fits `into`;
-      // returns how many bytes it wrote.
+      // A file's bytes from `position` on, as many as fit `into`; returns
+      // how many it wrote.
       readPart: (name, position, into) => {
         const bytes = assets.files.get(String(name));
         if (!live() || !bytes || !Number.isSafeInteger(position) || position < 0 || position > bytes.length) return 0;
