@@ -571,11 +571,13 @@ export class PythonRealm {
     // Held with the realm's prototypes, the memory would keep the realm
     // alive: they are taken off now, and whether the memory can serve
     // again is decided once the realm is gone (`spareMemory`). One that
-    // cannot already (grown, or the job made that impossible) is let go,
-    // to be freed with the realm.
+    // could not serve now (grown, or left with a property or made
+    // inextensible by the job) is let go, so that the collection which
+    // frees the realm frees it too: held until then, it would be resident
+    // beside the next realm's new memory.
     const heap = this.#heap;
     this.#heap = null;
-    this.#spare = heap && setPrototype(heap.memory, null) && setPrototype(heap.buffer, null) && sameSize(heap) ? heap : null;
+    this.#spare = heap && released(heap) ? heap : null;
     this.#context = null;
     this.#egress?.clear();
     this.#egress = null;

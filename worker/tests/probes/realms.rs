@@ -488,11 +488,15 @@ print(js.eval("""(() => {
 /// buffer (a property, a symbol, its prototype, a freeze, growth) and the
 /// next finds a buffer of its own realm, extensible and bare, whether it
 /// was reused or not. The buffer is what a program reaches (Pyodide's
-/// `HEAPU8.buffer`); the memory object gets the same treatment.
+/// `HEAPU8.buffer`); the memory object gets the same treatment. Each change
+/// is tried in a lane of its own, so that each check runs in the child the
+/// change was made in. (In one child, the process's native heap grew by
+/// about 60 MB two jobs after the freeze, not its wasm memories, and on a
+/// busy machine that was past what an idle child may hold over its boot,
+/// so the child was replaced and a check ran in a new one.)
 #[tokio::test]
 async fn a_reused_memory_carries_nothing_of_the_last_job() {
     let runner = lane_runner().await;
-    let lane = "realms-reused-memory";
     let check = buffer_check();
     let leave = [
         "probe_module.HEAPU8.buffer.marker = 'LEFT'",
@@ -503,6 +507,8 @@ async fn a_reused_memory_carries_nothing_of_the_last_job() {
         "Object.preventExtensions(Object.setPrototypeOf(probe_module.HEAPU8.buffer, null))",
     ];
     for (i, leave) in leave.iter().enumerate() {
+        let lane = format!("realms-reused-memory-{i}");
+        let lane = lane.as_str();
         let code =
             format!("import js, pyodide_js\njs.probe_module = pyodide_js._module\njs.eval(\"{leave}\")\nprint('left')");
         let left = run_in(&runner, lane, spec(Py, &code)).await;
@@ -522,6 +528,7 @@ keep = bytearray(64 << 20)
 print(js.eval("probe_module.HEAPU8.length") > before, js.eval("foreign(probe_module.HEAPU8.buffer)"))
 "#,
     );
+    let lane = "realms-reused-memory-grown";
     let grown = run_in(&runner, lane, spec(Py, &grow)).await;
     assert_ran(&grown.outcome, 0, "True False\n");
     let checked = run_in(&runner, lane, spec(Py, &check)).await;
