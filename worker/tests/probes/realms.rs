@@ -756,3 +756,60 @@ print(js.eval("""(() => {
   return `${heap.length > (8 << 20) ? "scanned" : "scanned only " + heap.length}, found ${found ? "some" : "none"}`;
 })()"""))
 "#;
+
+/// A job's zero-delay timers (which run at the event loop's next turn,
+/// through setImmediate) never run once its realm is retired: not a chain
+/// that re-arms itself, not an asyncio task looping on `sleep(0)`, not
+/// timers set by the job's own code after retirement (a microtask chain,
+/// queued as the job ends, that waits for the harness to take the heap
+/// buffer's prototype off). Each burns 3 s if it finds the realm retired,
+/// past the time a child has to retire a job, so a timer that ran then
+/// would get the child replaced; the next job must run in the same child.
+/// (Written by a review of the zero-delay timers.)
+#[tokio::test]
+async fn a_jobs_zero_delay_timers_never_outlive_it() {
+    let runner = lane_runner().await;
+    let lane = "realms-zero-delay-leftovers";
+    let code = r#"
+import asyncio, js, pyodide_js
+js.probe_buffer = pyodide_js._module.HEAPU8.buffer
+js.eval("""(() => {
+  const buffer = probe_buffer;
+  const retired = () => Object.getPrototypeOf(buffer) === null;
+  globalThis.burnIfRetired = (tag) => {
+    if (!retired()) return;
+    print('LATE ' + tag);
+    const t = performance.now();
+    while (performance.now() - t < 3000) {}
+  };
+  setTimeout(function chain() { burnIfRetired('chain'); setTimeout(chain, 0); }, 0);
+  const late = (tag) => function again() { burnIfRetired(tag); setTimeout(again, 0); };
+  let turns = 0;
+  const poll = () => {
+    if (retired()) {
+      setTimeout(late('0 after retire'), 0);
+      setTimeout(late('-1 after retire'), -1);
+      return;
+    }
+    if (++turns < 100000) Promise.resolve().then(poll);
+  };
+  const stringify = JSON.stringify;
+  JSON.stringify = function (...args) { Promise.resolve().then(poll); return stringify.apply(this, args); };
+})()""")
+async def spin():
+    while True:
+        js.burnIfRetired("asyncio")
+        await asyncio.sleep(0)
+asyncio.ensure_future(spin())
+await asyncio.sleep(0.02)
+print("left them")
+"#;
+    for round in 0..2 {
+        let left = run_in(&runner, lane, spec(Py, code)).await;
+        assert_ran(&left.outcome, 0, "left them\n");
+        let next = run_in(&runner, lane, spec(Py, "print('honest')")).await;
+        assert_ran(&next.outcome, 0, "honest\n");
+        assert_eq!(next.outcome.stderr, "", "{next:#?}");
+        assert!(next.outcome.warm, "round {round}: {next:#?}");
+    }
+}
