@@ -658,6 +658,15 @@ export function heapInUse() {
 }
 
 /**
+ * Resolves at the event loop's next turn, with no timer between (a
+ * setTimeout of 0 ms idled about a millisecond): where a WeakRef read
+ * after a collection sees what the collection freed.
+ */
+export function nextTurn() {
+  return new Promise((resolve) => setImmediate(resolve));
+}
+
+/**
  * A full collection of the process's heap: one mark-compact, or with
  * `thorough` (or in a child without V8's own) as many memory-reducing ones
  * as free something.

@@ -35,11 +35,10 @@
 //   connects to while it boots: in its realm python-fetch.js, in a
 //   session's Worker egress-fetch.mjs.
 import process from "node:process";
-import { setImmediate } from "node:timers";
 
 import { connectEgress, servePort } from "./egress.mjs";
 import { readAssets } from "./pyodide.mjs";
-import { collectGarbage, heapInUse, prepareRealms, PythonRealm } from "./python-realms.mjs";
+import { collectGarbage, heapInUse, nextTurn, prepareRealms, PythonRealm } from "./python-realms.mjs";
 import {
   awaitJob,
   Channel,
@@ -315,14 +314,6 @@ async function collected(realm) {
     if (realm.isGone()) return attempt === 0 || cpuMicros() - start - collecting <= LEFTOVER_CPU_MICROS;
   }
   return false;
-}
-
-/**
- * Resolves at the event loop's next turn, with no timer between: a
- * setTimeout of 0 ms idled about a millisecond each time.
- */
-function nextTurn() {
-  return new Promise((resolve) => setImmediate(resolve));
 }
 
 /** The process's CPU time so far (user and system, every thread), in microseconds. */

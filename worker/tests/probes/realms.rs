@@ -507,8 +507,7 @@ async fn a_reused_memory_carries_nothing_of_the_last_job() {
         "Object.preventExtensions(Object.setPrototypeOf(probe_module.HEAPU8.buffer, null))",
     ];
     for (i, leave) in leave.iter().enumerate() {
-        let lane = format!("realms-reused-memory-{i}");
-        let lane = lane.as_str();
+        let lane = &format!("realms-reused-memory-{i}");
         let code =
             format!("import js, pyodide_js\njs.probe_module = pyodide_js._module\njs.eval(\"{leave}\")\nprint('left')");
         let left = run_in(&runner, lane, spec(Py, &code)).await;
