@@ -348,3 +348,48 @@ export function dylinkStub(module) {
   const body = concat([leb(name.length), name, section]);
   return concat([[0x00, 0x61, 0x73, 0x6d, 1, 0, 0, 0, 0], leb(body.length), body]);
 }
+
+/** Emscripten's signature letters as wasm value types (as its generateFuncType has them). */
+const VALUE_TYPE = { i: 0x7f, p: 0x7f, j: 0x7e, f: 0x7d, d: 0x7c, e: 0x6f };
+
+/**
+ * A module that puts JS functions of `signatures` (Emscripten's, such as
+ * "vii") in a table from slot `start` on, when instantiated with the table
+ * (`t.table`) and the functions (`f.0`, `f.1`, …): one element segment.
+ * Emscripten's loader does this one function at a time, compiling and
+ * instantiating a module of one function for each and growing the table
+ * by one; the harness compiles this once per child and every realm
+ * instantiates it.
+ */
+export function jsSlotsModule(signatures, start) {
+  const types = [...new Set(signatures)];
+  const typeBodies = types.map((signature) => {
+    if (!/^[vipjfde][ipjfde]*$/.test(signature)) throw new Error(`not an Emscripten signature: ${signature}`);
+    const [result, ...params] = signature;
+    const results = result === "v" ? [0] : [1, VALUE_TYPE[result]];
+    return [0x60, ...leb(params.length), ...params.map((param) => VALUE_TYPE[param]), ...results];
+  });
+  const name = (text) => {
+    const bytes = encoder.encode(text);
+    return [...leb(bytes.length), ...bytes];
+  };
+  const imports = [
+    // A table of funcref, at least as long as the slots it fills.
+    [...name("t"), ...name("table"), KIND.table, 0x70, 0, ...leb(start + signatures.length)],
+    ...signatures.map((signature, i) => [
+      ...name("f"),
+      ...name(String(i)),
+      KIND.function,
+      ...leb(types.indexOf(signature)),
+    ]),
+  ];
+  // Flags 0: active, on table 0, of functions; offset `i32.const start`.
+  const element = [1, 0, 0x41, ...sleb(start), 0x0b, ...leb(signatures.length), ...signatures.flatMap((_, i) => leb(i))];
+  const section = (id, body) => [id, ...leb(body.length), ...body];
+  return new Uint8Array([
+    ...[0x00, 0x61, 0x73, 0x6d, 1, 0, 0, 0],
+    ...section(1, [...leb(types.length), ...typeBodies.flat()]),
+    ...section(SECTION.import, [...leb(imports.length), ...imports.flat()]),
+    ...section(SECTION.element, element),
+  ]);
+}

@@ -87,6 +87,8 @@
   const fetchStart = guard(host.fetchStart);
   const fetchBody = guard(host.fetchBody);
   const keepCompiledRunner = guard(host.keepCompiledRunner);
+  const jsSlots = guard(host.jsSlots);
+  const instantiateHelper = guard(host.instantiateHelper);
 
   const encoder = {
     encode(text) {
@@ -199,7 +201,7 @@
    */
   function installSmallObjects(module) {
     const PAGE = 65536;
-    const allocator = new WebAssembly.Instance(new WebAssembly.Module(fileBytes("small-objects.wasm")), {
+    const allocator = instantiateHelper(fileBytes("small-objects.wasm"), {
       env: { memory: heap.memory, malloc: module._malloc, free: module._free, realloc: module._realloc, memalign: module._memalign },
     });
     // PyMemAllocatorEx (ctx, malloc, calloc, realloc, free), then the
@@ -282,6 +284,8 @@
     snapshot.set(header);
     realm.__runboxRestore = () => restoreMemory();
     realm.__runboxPlaceStdlib = (FS, path) => placeLazily(FS, path, "/pyodide/python_stdlib.zip");
+    realm.__runboxJsSlots = (functions, start, table) => jsSlots(functions, start, table);
+    realm.__runboxInstantiate = (bytes, imports) => instantiateHelper(new Bytes(bytes), imports);
     // The exports relocated as Emscripten's relocateExports does, without
     // the GOT entries (see the patches in python-realms.mjs). The table
     // slots its updateGOT would have given them are filled already, by the
@@ -369,6 +373,8 @@
       wasm.instantiate = original;
       delete realm.__runboxRestore;
       delete realm.__runboxPlaceStdlib;
+      delete realm.__runboxJsSlots;
+      delete realm.__runboxInstantiate;
       delete realm.__runboxRelocate;
       delete realm.__runboxSymbols;
       delete realm.__runboxModuleSymbols;

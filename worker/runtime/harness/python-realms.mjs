@@ -23,7 +23,7 @@ import v8 from "node:v8";
 import vm from "node:vm";
 
 import { PACKAGES_ZIP, readPackages } from "./pyodide.mjs";
-import { dylinkStub, linkModule } from "./pyodide-wasm.mjs";
+import { dylinkStub, jsSlotsModule, linkModule } from "./pyodide-wasm.mjs";
 import { writeAll } from "./protocol.mjs";
 
 const apply = Reflect.apply;
@@ -36,6 +36,8 @@ const decoder = new TextDecoder();
 // with what V8 holds for it, whatever the job did to its own realm.
 const memoryBuffer = Object.getOwnPropertyDescriptor(WebAssembly.Memory.prototype, "buffer").get;
 const bufferLength = Object.getOwnPropertyDescriptor(ArrayBuffer.prototype, "byteLength").get;
+const tableLength = Object.getOwnPropertyDescriptor(WebAssembly.Table.prototype, "length").get;
+const tableGrow = WebAssembly.Table.prototype.grow;
 const heapStatistics = v8.getHeapStatistics;
 const setPrototype = Reflect.setPrototypeOf;
 const isExtensible = Reflect.isExtensible;
@@ -189,7 +191,18 @@ const PATCHES = [
     // function (20 of the names are aliases), remembered in `addFunction.js`.
     find: /entry\.value=addFunction\(value,value\.sig\)/,
     replace:
-      'entry.value=typeof value.sig!="string"?addFunction(value,value.sig):(addFunction.js??=new Map).get(value)??(slot=>(setWasmTableEntry(slot,convertJsFunctionToWasm(value,value.sig)),addFunction.js.set(value,slot),slot))(getEmptyTableSlot())',
+      'entry.value=typeof value.sig!="string"?addFunction(value,value.sig):(addFunction.js??=new Map).get(value)??(slot=>(addFunction.js.set(value,slot),slot))(jsSlots?(jsSlots.start??=wasmTable.length,jsSlots.push(value),jsSlots.start+jsSlots.length-1):(slot=>(setWasmTableEntry(slot,convertJsFunctionToWasm(value,value.sig)),slot))(getEmptyTableSlot()))',
+  },
+  {
+    file: "pyodide.asm.js",
+    // ... and while the realm boots, those slots are filled together,
+    // after the loop, by one instance of a module the harness compiled
+    // once per child (see `jsSlots`), where the loader compiled a module
+    // and made an instance for each function, and grew the table by one.
+    // A library loaded later (a job's C extension) is linked as before.
+    find: literal("var reportUndefinedSymbols=()=>{for(var[symName,entry]of Object.entries(GOT)){"),
+    replace:
+      "var reportUndefinedSymbols=()=>{var jsSlots=globalThis.__runboxJsSlots&&[];reportUndefinedSymbolsTo(jsSlots);if(jsSlots?.length)globalThis.__runboxJsSlots(jsSlots,jsSlots.start,wasmTable)};var reportUndefinedSymbolsTo=jsSlots=>{for(var[symName,entry]of Object.entries(GOT)){",
   },
   {
     file: "pyodide.asm.js",
@@ -217,6 +230,15 @@ const PATCHES = [
     // Its wrapper module is compiled once per signature, not once per function.
     find: /var module=new WebAssembly\.Module\(new Uint8Array\(bytes\)\);/,
     replace: "var module=(convertJsFunctionToWasm.modules??={})[sig]??=new WebAssembly.Module(new Uint8Array(bytes));",
+  },
+  {
+    file: "pyodide.asm.js",
+    // The module that counts a function's arguments for CPython's call
+    // trampoline is the same in every realm: while a realm boots it is
+    // compiled once per child (see `instantiateHelper`).
+    find: literal("const mod=new WebAssembly.Module(code);const inst=new WebAssembly.Instance(mod,{e:{t:wasmTable}});"),
+    replace:
+      "const inst=globalThis.__runboxInstantiate?.(code,{e:{t:wasmTable}})??new WebAssembly.Instance(new WebAssembly.Module(code),{e:{t:wasmTable}});",
   },
   {
     file: "pyodide.asm.js",
@@ -282,6 +304,9 @@ export async function prepareRealms(dir, snapshotPath, realmSource, fetchSource 
     size: snapshotPath ? snapshot.length : 0,
     // Found by the first realm's restore (see `sparseCopy`).
     pages: null,
+    // Compiled while the first realm boots (see `jsSlots` and `instantiateHelper`).
+    jsSlots: null,
+    helpers: [],
   };
 }
 
@@ -408,7 +433,7 @@ export class PythonRealm {
       // The instance's memory, asked for once, while the realm boots: the
       // memory `spare` if it has the size asked for, or a new one.
       memory: (initial, maximum) => {
-        if (this.#heap) throw new Error("a realm has one heap");
+        if (!booting || this.#heap) throw new Error("a realm has one heap, made while it boots");
         const pages = Math.trunc(Number(initial));
         const limit = Math.trunc(Number(maximum));
         const reused = spare !== null && assets.size > 0 && spare.pages === pages && spare.maximum === limit;
@@ -424,13 +449,43 @@ export class PythonRealm {
       instantiate: (imports) => {
         // The module imports its memory (env.memory): it must be the one
         // the harness gave, which it restores and measures.
-        if (!this.#heap || wasmMemoryOf(imports) !== this.#heap.memory) throw new Error("not the realm's memory");
+        if (!booting || !this.#heap || wasmMemoryOf(imports) !== this.#heap.memory) {
+          throw new Error("not the realm's memory");
+        }
         return construct(Instance, [assets.module, imports]);
       },
       // The runner's code, compiled by the first realm while it boots
       // (before any program has run in it), for every later realm to load.
       keepCompiledRunner: (bytes) => {
         if (booting && !assets.files.has(COMPILED_RUNNER)) assets.files.set(COMPILED_RUNNER, own(bytes));
+      },
+      // The JS functions the module takes the address of (nearly all of
+      // them WebGL stubs), put in `table` from slot `start`, its end, on,
+      // while the realm boots: a module of the harness's, compiled once
+      // per child (jsSlotsModule), instantiated by the realm with them.
+      jsSlots: (functions, start, table) => {
+        if (!booting || apply(tableLength, table, []) !== start) throw new Error("not the table's end");
+        // No program has run in the realm yet: its functions are Pyodide's.
+        const signatures = Array.from(functions, (f) => String(f.sig));
+        const key = `${start}:${signatures.join()}`;
+        if (assets.jsSlots?.key !== key) {
+          assets.jsSlots = { key, module: new WebAssembly.Module(jsSlotsModule(signatures, start)) };
+        }
+        apply(tableGrow, table, [signatures.length]);
+        const imports = { t: { table }, f: Object.fromEntries(Array.from(functions, (f, i) => [String(i), f])) };
+        construct(Instance, [assets.jsSlots.module, imports]);
+      },
+      // An instance of one of the few small modules every realm makes the
+      // same (`bytes`: the small-object allocator's, the trampoline's
+      // argument counter), with `imports`, while the realm boots: each is
+      // compiled once per child, not once per realm.
+      instantiateHelper: (bytes, imports) => {
+        if (!booting) throw new Error("only while the realm boots");
+        const wanted = own(bytes);
+        const same = ({ bytes }) => bytes.length === wanted.length && bytes.every((byte, i) => byte === wanted[i]);
+        let helper = assets.helpers.find(same);
+        if (!helper) assets.helpers.push((helper = { bytes: wanted, module: new WebAssembly.Module(wanted) }));
+        return construct(Instance, [helper.module, imports]);
       },
       // Where the module's symbols it no longer exports are (pyodide-wasm.mjs).
       symbolSlot: (name) => assets.symbols.get(String(name))?.slot ?? -1,
