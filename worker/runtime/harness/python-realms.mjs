@@ -6,9 +6,13 @@
 // What crosses into a realm: the functions of `host` below, held in the
 // realm script's closure, which take numbers, strings and typed arrays of
 // that realm, copy what they read with this realm's intrinsics, and return
-// only numbers and strings (the two exceptions: `instantiate` returns an
-// instance built by the realm's own constructor, and `memory` a wasm
-// memory of no realm with the realm's own prototypes). What comes back: plain
+// only numbers and strings. The exceptions serve only while the realm
+// boots, before any program has run in it, and refuse calls after:
+// `memory` returns a wasm memory of no realm with the realm's own
+// prototypes; `instantiate` and `instantiateHelper` return, and `jsSlots`
+// makes, an instance built by the realm's own constructor, from the
+// realm's imports (its functions, its table) and a module this realm
+// compiled, which no instance exposes. What comes back: plain
 // values through `host.finish`, never a promise of that realm, whose
 // `then` a program could have replaced (awaiting it would hand the program
 // this realm's resolve functions, and through them its Function).
@@ -128,6 +132,19 @@ const PATCHES = [
     ),
     replace:
       'API.importlib=API._pyodide._base.import_module("importlib");let o=API.importlib.import_module;API.sys=o("sys"),API.os=o("os");let i=o("__main__").__dict__,s=o("builtins").__dict__;API.runPythonInternal_dict=o("builtins").dict();for(let n of["importlib","__main__","builtins"])API.runPythonInternal_dict.set(n,o(n));',
+  },
+  {
+    file: "pyodide.asm.js",
+    // The package index's Python half: two globals of `_pyodide._importhook`
+    // set from the lock file, which the memory snapshot already holds (it
+    // was made after Pyodide set them, from the same lock file). Set again,
+    // from a JS Map converted entry by entry, they cost each realm about a
+    // twelfth of its boot; without a snapshot they are still set.
+    find: literal(
+      "API._pyodide._importhook.register_module_not_found_hook(API._import_name_to_package_name,API.lockfile_unvendored_stdlibs_and_test),",
+    ),
+    replace:
+      "API.config._loadSnapshot||API._pyodide._importhook.register_module_not_found_hook(API._import_name_to_package_name,API.lockfile_unvendored_stdlibs_and_test),",
   },
   {
     file: "pyodide.asm.js",
@@ -465,8 +482,15 @@ export class PythonRealm {
       // per child (jsSlotsModule), instantiated by the realm with them.
       jsSlots: (functions, start, table) => {
         if (!booting || apply(tableLength, table, []) !== start) throw new Error("not the table's end");
-        // No program has run in the realm yet: its functions are Pyodide's.
-        const signatures = Array.from(functions, (f) => String(f.sig));
+        // No program has run in the realm yet: its functions are Pyodide's,
+        // each with its signature as an own string.
+        const signature = (f) => {
+          const sig = Reflect.getOwnPropertyDescriptor(f, "sig")?.value;
+          if (typeof sig !== "string") throw new Error("a JS function without a signature");
+          return sig;
+        };
+        if (!Array.isArray(functions)) throw new Error("not a list of functions");
+        const signatures = Array.from(functions, signature);
         const key = `${start}:${signatures.join()}`;
         if (assets.jsSlots?.key !== key) {
           assets.jsSlots = { key, module: new WebAssembly.Module(jsSlotsModule(signatures, start)) };

@@ -83,6 +83,29 @@ async fn python_c_level_linking() {
     );
 }
 
+/// Pyodide's package index, which the memory snapshot holds and a realm
+/// restored from it does not rebuild: which package a missing module is in.
+const MISSING_MODULES: &str = r#"
+import _pyodide._importhook as hook
+for name in ("numpy", "sqlite3"):
+    try:
+        __import__(name)
+    except ModuleNotFoundError as e:
+        hook.add_note_to_module_not_found_error(e)
+        print(e.__notes__[0].splitlines()[0])
+"#;
+
+#[tokio::test]
+async fn python_knows_which_pyodide_package_has_a_missing_module() {
+    let outcome = exits(Py, MISSING_MODULES, 0).await;
+    assert_eq!(
+        outcome.stdout,
+        "The module 'numpy' is included in the Pyodide distribution, but it is not installed.\n\
+         The module 'sqlite3' is unvendored from the Python standard library in the Pyodide distribution.\n",
+        "{outcome:#?}"
+    );
+}
+
 #[tokio::test]
 async fn python_traceback_has_no_harness_frames() {
     let outcome = exits(Py, "def f():\n    return 1 / 0\n\nf()", 1).await;
