@@ -11,10 +11,10 @@
 // few functions of the harness's realm that take and return only numbers,
 // strings and typed arrays of this realm (but for a few that serve only
 // while the realm boots, and build its instances: see python-realms.mjs),
-// and are disabled when the job ends. They are kept in this closure and never stored where a program
-// could read them; an error out of one is replaced by an Error of this
-// realm (see `guard`), since one of the harness's realm would lead to its
-// Function constructor.
+// and are disabled when the job ends. They are kept in this closure and
+// never stored where a program could read them; an error out of one is
+// replaced by an Error of this realm (see `guard`), since one of the
+// harness's realm would lead to its Function constructor.
 //
 // Pyodide runs here as in a JS shell (`read`, `readbuffer` and `load`
 // defined), so it looks for no Node, Deno or browser API. Its files come
