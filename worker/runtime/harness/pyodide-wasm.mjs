@@ -294,20 +294,30 @@ function sleb(n) {
 
 const encoder = new TextEncoder();
 
+/** A wasm module's first bytes: its magic number and version 1. */
+const HEADER = [0x00, 0x61, 0x73, 0x6d, 1, 0, 0, 0];
+
+/** `text` as a wasm name: its UTF-8 length, then its bytes. */
+function nameBytes(text) {
+  const bytes = encoder.encode(text);
+  return [...leb(bytes.length), ...bytes];
+}
+
 function exportSection(entries) {
   const parts = [leb(entries.length)];
-  for (const { name, kind, index } of entries) {
-    const bytes = encoder.encode(name);
-    parts.push(leb(bytes.length), bytes, [kind], leb(index));
-  }
+  for (const { name, kind, index } of entries) parts.push(nameBytes(name), [kind], leb(index));
   return concat(parts);
+}
+
+/** An element segment that puts functions `indices` in table 0 from slot `start` on. */
+function functionSegment(indices, start) {
+  // Flags 0: active, on table 0, of functions; offset `i32.const start`.
+  return [0, 0x41, ...sleb(start), 0x0b, ...leb(indices.length), ...indices.flatMap((index) => leb(index))];
 }
 
 /** The module's element segments, and one more: functions `indices` from slot `start` on. */
 function elementSection(module, indices, start) {
-  // Flags 0: active, on table 0, of functions; offset `i32.const start`.
-  const added = [0, 0x41, ...sleb(start), 0x0b, ...leb(indices.length), ...indices.flatMap(leb)];
-  return concat([leb(module.elements.length + 1), module.elementBytes, added]);
+  return concat([leb(module.elements.length + 1), module.elementBytes, functionSegment(indices, start)]);
 }
 
 /** `bytes` with the bodies of the sections in `bodies` (by id) replaced. */
@@ -344,9 +354,8 @@ function concat(parts) {
  */
 export function dylinkStub(module) {
   const section = new Uint8Array(WebAssembly.Module.customSections(module, "dylink.0")[0]);
-  const name = encoder.encode("dylink.0");
-  const body = concat([leb(name.length), name, section]);
-  return concat([[0x00, 0x61, 0x73, 0x6d, 1, 0, 0, 0, 0], leb(body.length), body]);
+  const body = concat([nameBytes("dylink.0"), section]);
+  return concat([HEADER, [0], leb(body.length), body]);
 }
 
 /** Emscripten's signature letters as wasm value types (as its generateFuncType has them). */
@@ -369,25 +378,21 @@ export function jsSlotsModule(signatures, start) {
     const results = result === "v" ? [0] : [1, VALUE_TYPE[result]];
     return [0x60, ...leb(params.length), ...params.map((param) => VALUE_TYPE[param]), ...results];
   });
-  const name = (text) => {
-    const bytes = encoder.encode(text);
-    return [...leb(bytes.length), ...bytes];
-  };
   const imports = [
     // A table of funcref, at least as long as the slots it fills.
-    [...name("t"), ...name("table"), KIND.table, 0x70, 0, ...leb(start + signatures.length)],
+    [...nameBytes("t"), ...nameBytes("table"), KIND.table, 0x70, 0, ...leb(start + signatures.length)],
     ...signatures.map((signature, i) => [
-      ...name("f"),
-      ...name(String(i)),
+      ...nameBytes("f"),
+      ...nameBytes(String(i)),
       KIND.function,
       ...leb(types.indexOf(signature)),
     ]),
   ];
-  // Flags 0: active, on table 0, of functions; offset `i32.const start`.
-  const element = [1, 0, 0x41, ...sleb(start), 0x0b, ...leb(signatures.length), ...signatures.flatMap((_, i) => leb(i))];
+  // The imported functions are the module's functions 0 to n - 1.
+  const element = [1, ...functionSegment(signatures.map((_, i) => i), start)];
   const section = (id, body) => [id, ...leb(body.length), ...body];
   return new Uint8Array([
-    ...[0x00, 0x61, 0x73, 0x6d, 1, 0, 0, 0],
+    ...HEADER,
     ...section(1, [...leb(types.length), ...typeBodies.flat()]),
     ...section(SECTION.import, [...leb(imports.length), ...imports.flat()]),
     ...section(SECTION.element, element),

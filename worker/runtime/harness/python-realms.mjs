@@ -490,13 +490,14 @@ export class PythonRealm {
           return sig;
         };
         if (!Array.isArray(functions)) throw new Error("not a list of functions");
-        const signatures = Array.from(functions, signature);
+        const listed = Array.from(functions);
+        const signatures = listed.map(signature);
         const key = `${start}:${signatures.join()}`;
         if (assets.jsSlots?.key !== key) {
           assets.jsSlots = { key, module: new WebAssembly.Module(jsSlotsModule(signatures, start)) };
         }
         apply(tableGrow, table, [signatures.length]);
-        const imports = { t: { table }, f: Object.fromEntries(Array.from(functions, (f, i) => [String(i), f])) };
+        const imports = { t: { table }, f: Object.fromEntries(listed.map((f, i) => [String(i), f])) };
         construct(Instance, [assets.jsSlots.module, imports]);
       },
       // An instance of one of the few small modules every realm makes the
