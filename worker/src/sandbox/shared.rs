@@ -133,9 +133,10 @@ const RETIRE_WITHIN: (Duration, Duration) = (Duration::from_millis(500), Duratio
 /// job's time, CPU or memory, and past this the child is replaced.
 const QUIET_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// CPU a settled child may use, all threads, over [`QUIET_WINDOW`].
-const QUIET_CPU: Duration = Duration::from_micros(400);
-const QUIET_WINDOW: Duration = Duration::from_millis(2);
+/// CPU a settled child may use, all threads, over [`QUIET_WINDOW`]: a
+/// fifth of a core.
+const QUIET_CPU: Duration = Duration::from_micros(200);
+const QUIET_WINDOW: Duration = Duration::from_millis(1);
 
 /// How long to wait for the output pipes to close once a child is killed.
 pub(super) const DRAIN_TIMEOUT: Duration = Duration::from_secs(2);
@@ -824,7 +825,7 @@ async fn settle(channel: Arc<tokio::sync::Mutex<Channel>>, pid: Option<u32>, wit
         let mut channel = channel.lock().await;
         let retired = tokio::time::timeout(within, channel.report(0)).await;
         matches!(retired, Ok(Ok((Report::Retired { clean: true }, _))))
-            && tokio::time::timeout(QUIET_TIMEOUT, quiet(pid)).await.is_ok()
+            && tokio::task::spawn_blocking(move || quiet(pid, QUIET_TIMEOUT)).await.unwrap_or(false)
     };
     let clean = tokio::select! {
         clean = settled => clean,
@@ -836,23 +837,34 @@ async fn settle(channel: Arc<tokio::sync::Mutex<Channel>>, pid: Option<u32>, wit
     clean
 }
 
-/// Returns once process `pid` is idle: over a [`QUIET_WINDOW`] its threads
-/// used less than [`QUIET_CPU`] in all, and at either end none was running
-/// or waiting to run. Then its harness waits for a frame and V8 has nothing
-/// left to do on its threads (a collection's last sweeping ends within
-/// milliseconds; a background compile a job started may take seconds, and
-/// on a busy machine wait its turn on a core, runnable but not running).
-async fn quiet(pid: Option<u32>) {
-    let Some(pid) = pid else { return };
-    let mut last = threads_at_work(pid);
-    loop {
-        tokio::time::sleep(QUIET_WINDOW).await;
-        let now = threads_at_work(pid);
-        if !last.1 && !now.1 && now.0.saturating_sub(last.0) < QUIET_CPU {
-            return;
+/// Whether process `pid` is idle within `timeout`: over a [`QUIET_WINDOW`]
+/// its threads used less than [`QUIET_CPU`] in all, and at its end none
+/// was running or waiting to run. Then its harness waits for a frame and
+/// V8 has nothing left to do on its threads (a collection's last sweeping
+/// ends within milliseconds; a background compile a job started may take
+/// seconds, and on a busy machine wait its turn on a core, runnable but
+/// not running).
+///
+/// Whether a thread was running at the window's start does not count: the
+/// harness's main thread usually still is, on its way from its `retired`
+/// report to its read of the next frame, and a thread that was runnable
+/// then either ran in the window, and its CPU counts, or is still waiting
+/// at its end. (With both ends checked, three jobs in five waited a second
+/// window.) A blocking thread's sleep keeps the window to its length; the
+/// async timer wakes on whole milliseconds, and a window of 2 ms took 3.4.
+fn quiet(pid: Option<u32>, timeout: Duration) -> bool {
+    let Some(pid) = pid else { return true };
+    let deadline = Instant::now() + timeout;
+    let mut start = threads_at_work(pid).0;
+    while Instant::now() < deadline {
+        std::thread::sleep(QUIET_WINDOW);
+        let (cpu, busy) = threads_at_work(pid);
+        if !busy && cpu.saturating_sub(start) < QUIET_CPU {
+            return true;
         }
-        last = now;
+        start = cpu;
     }
+    false
 }
 
 /// The time process `pid`'s threads have run on a CPU, from the
