@@ -47,6 +47,7 @@
 //!   ([`Channel`]), which no job can reach; the runner tells jobs' output
 //!   apart by end markers that carry a nonce no job sees.
 
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
@@ -134,7 +135,7 @@ const RETIRE_WITHIN: (Duration, Duration) = (Duration::from_millis(500), Duratio
 const QUIET_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// CPU a settled child may use, all threads, over [`QUIET_WINDOW`]: a
-/// fifth of a core.
+/// fifth of the window.
 const QUIET_CPU: Duration = Duration::from_micros(200);
 const QUIET_WINDOW: Duration = Duration::from_millis(1);
 
@@ -825,7 +826,10 @@ async fn settle(channel: Arc<tokio::sync::Mutex<Channel>>, pid: Option<u32>, wit
         let mut channel = channel.lock().await;
         let retired = tokio::time::timeout(within, channel.report(0)).await;
         matches!(retired, Ok(Ok((Report::Retired { clean: true }, _))))
-            && tokio::task::spawn_blocking(move || quiet(pid, QUIET_TIMEOUT)).await.unwrap_or(false)
+            && match pid {
+                Some(pid) => tokio::task::spawn_blocking(move || quiet(pid, QUIET_TIMEOUT)).await.unwrap_or(false),
+                None => false,
+            }
     };
     let clean = tokio::select! {
         clean = settled => clean,
@@ -838,50 +842,87 @@ async fn settle(channel: Arc<tokio::sync::Mutex<Channel>>, pid: Option<u32>, wit
 }
 
 /// Whether process `pid` is idle within `timeout`: over a [`QUIET_WINDOW`]
-/// its threads used less than [`QUIET_CPU`] in all, and at its end none
-/// was running or waiting to run. Then its harness waits for a frame and
-/// V8 has nothing left to do on its threads (a collection's last sweeping
-/// ends within milliseconds; a background compile a job started may take
-/// seconds, and on a busy machine wait its turn on a core, runnable but
-/// not running).
+/// its threads used less than [`QUIET_CPU`] in all, none was running,
+/// waiting to run or in an uninterruptible wait (state `R` or `D`) at the
+/// window's end, and none but the main thread at its start. Then its
+/// harness waits for a frame and V8 has nothing left to do on its threads
+/// (a collection's last sweeping ends within milliseconds; a background
+/// compile a job started may take seconds, and on a busy machine wait its
+/// turn on a core, runnable but not running). A thread that was not there
+/// at the window's start counts with all its CPU; a process whose threads
+/// cannot be read is not idle. Work that pauses for longer than a window
+/// passes, as it would any window: V8's background compiles and sweeping,
+/// which this waits for, do not pause so.
 ///
-/// Whether a thread was running at the window's start does not count: the
-/// harness's main thread usually still is, on its way from its `retired`
-/// report to its read of the next frame, and a thread that was runnable
-/// then either ran in the window, and its CPU counts, or is still waiting
-/// at its end. (With both ends checked, three jobs in five waited a second
-/// window.) A blocking thread's sleep keeps the window to its length; the
-/// async timer wakes on whole milliseconds, and a window of 2 ms took 3.4.
-fn quiet(pid: Option<u32>, timeout: Duration) -> bool {
-    let Some(pid) = pid else { return true };
+/// The main thread's state at the start does not count: it usually is
+/// still running then, on its way from the harness's `retired` report to
+/// its read of the next frame (with it counted, three jobs in five waited
+/// a second window). A blocking thread's sleep keeps the window near its
+/// length; the async timer wakes on whole milliseconds, and a window of
+/// 2 ms took 3.4.
+fn quiet(pid: u32, timeout: Duration) -> bool {
     let deadline = Instant::now() + timeout;
-    let mut start = threads_at_work(pid).0;
+    let Some(mut start) = ThreadsAtWork::of(pid) else { return false };
     while Instant::now() < deadline {
         std::thread::sleep(QUIET_WINDOW);
-        let (cpu, busy) = threads_at_work(pid);
-        if !busy && cpu.saturating_sub(start) < QUIET_CPU {
+        let Some(end) = ThreadsAtWork::of(pid) else { return false };
+        if !start.others_busy && !end.main_busy && !end.others_busy && end.cpu_since(&start) < QUIET_CPU {
             return true;
         }
-        start = cpu;
+        start = end;
     }
     false
 }
 
-/// The time process `pid`'s threads have run on a CPU, from the
-/// scheduler's count in nanoseconds (`/proc/<pid>/task/*/schedstat`,
-/// finer than the clock ticks of `stat`), and whether any of them is
-/// running or runnable now (state `R`).
-fn threads_at_work(pid: u32) -> (Duration, bool) {
-    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return (Duration::ZERO, false) };
-    let (mut nanos, mut runnable) = (0u64, false);
-    for task in tasks.flatten() {
-        let schedstat = std::fs::read_to_string(task.path().join("schedstat")).unwrap_or_default();
-        nanos += schedstat.split_whitespace().next().and_then(|n| n.parse::<u64>().ok()).unwrap_or(0);
-        let stat = std::fs::read_to_string(task.path().join("stat")).unwrap_or_default();
-        // The state follows the command name, which is in parentheses.
-        runnable |= stat.rsplit_once(')').is_some_and(|(_, rest)| rest.trim_start().starts_with('R'));
+/// What process `pid`'s threads are doing, read from `/proc/<pid>/task`.
+struct ThreadsAtWork {
+    /// Each thread's time on a CPU so far, by thread id, from the
+    /// scheduler's count in nanoseconds (`schedstat`, finer than the
+    /// clock ticks of `stat`).
+    cpu: HashMap<u32, u64>,
+    /// Whether the main thread is running, waiting to run, or in an
+    /// uninterruptible wait.
+    main_busy: bool,
+    /// The same of any other thread.
+    others_busy: bool,
+}
+
+impl ThreadsAtWork {
+    /// None when the process's main thread cannot be read (the process is
+    /// gone). A thread that ends while it is read is left out: it does no
+    /// more work.
+    fn of(pid: u32) -> Option<ThreadsAtWork> {
+        let mut work = ThreadsAtWork { cpu: HashMap::new(), main_busy: false, others_busy: false };
+        for task in std::fs::read_dir(format!("/proc/{pid}/task")).ok()?.flatten() {
+            let Some((tid, cpu, busy)) = Self::thread(&task.path()) else { continue };
+            work.cpu.insert(tid, cpu);
+            if tid == pid {
+                work.main_busy = busy;
+            } else {
+                work.others_busy |= busy;
+            }
+        }
+        work.cpu.contains_key(&pid).then_some(work)
     }
-    (Duration::from_nanos(nanos), runnable)
+
+    /// A thread's id, its CPU in nanoseconds, and whether it is busy.
+    fn thread(task: &std::path::Path) -> Option<(u32, u64, bool)> {
+        let tid = task.file_name()?.to_str()?.parse().ok()?;
+        let schedstat = std::fs::read_to_string(task.join("schedstat")).ok()?;
+        let cpu = schedstat.split_whitespace().next()?.parse().ok()?;
+        let stat = std::fs::read_to_string(task.join("stat")).ok()?;
+        // The state follows the command name, which is in parentheses.
+        let state = stat.rsplit_once(')')?.1.trim_start().chars().next()?;
+        Some((tid, cpu, matches!(state, 'R' | 'D')))
+    }
+
+    /// The CPU the threads used since `earlier`, a thread that has ended
+    /// since not counted and one that started since counted in full.
+    fn cpu_since(&self, earlier: &ThreadsAtWork) -> Duration {
+        let nanos =
+            self.cpu.iter().map(|(tid, now)| now.saturating_sub(earlier.cpu.get(tid).copied().unwrap_or(0))).sum();
+        Duration::from_nanos(nanos)
+    }
 }
 
 /// Time since the job started, or since `sent` if it never did.
