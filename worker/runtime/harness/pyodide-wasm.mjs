@@ -21,7 +21,7 @@
 
 const decoder = new TextDecoder();
 
-const SECTION = { import: 2, global: 6, export: 7, element: 9 };
+const SECTION = { import: 2, global: 6, export: 7, element: 9, code: 10 };
 const KIND = { function: 0, table: 1, memory: 2, global: 3, tag: 4 };
 
 /**
@@ -67,9 +67,15 @@ export function linkModule(bytes, glue) {
       kept.push(entry);
     }
   }
+  // The small-object allocator's switch (see `inlineSmallObjects`): a
+  // global of the module's own, after every other.
+  const smallObjects = module.globals.length;
+  kept.push({ name: SMALL_OBJECTS, kind: KIND.global, index: smallObjects });
   const changed = replaceSections(bytes, module.sections, {
+    [SECTION.global]: concat([leb(module.globals.length - module.importedGlobals.length + 1), module.globalBytes, SWITCH_GLOBAL]),
     [SECTION.export]: exportSection(kept),
     [SECTION.element]: elementSection(module, layout, tableStart),
+    [SECTION.code]: inlineSmallObjects(bytes, module, smallObjects),
   });
   const tableSize = tableStart + layout.length;
   // A definition whose symbol is no longer exported is left out.
@@ -200,10 +206,12 @@ function readModule(bytes) {
   const r = reader(bytes, 8);
   const sections = new Map();
   const importedGlobals = [];
+  let importedFunctions = 0;
   const globals = [];
   const exports = [];
   const elements = [];
   let elementBytes = null;
+  let globalBytes = null;
   while (r.at < bytes.length) {
     const header = r.at;
     const id = r.byte();
@@ -215,8 +223,10 @@ function readModule(bytes) {
         r.name();
         const field = r.name();
         const kind = r.byte();
-        if (kind === KIND.function) r.u32();
-        else if (kind === KIND.table) {
+        if (kind === KIND.function) {
+          r.u32();
+          importedFunctions++;
+        } else if (kind === KIND.table) {
           r.byte();
           limits(r);
         } else if (kind === KIND.memory) limits(r);
@@ -230,7 +240,9 @@ function readModule(bytes) {
         } else throw new Error(`import kind ${kind}: update pyodide-wasm.mjs`);
       }
     } else if (id === SECTION.global) {
-      for (let n = r.u32(); n > 0; n--) {
+      const count = r.u32();
+      globalBytes = bytes.subarray(r.at, start + size);
+      for (let n = count; n > 0; n--) {
         const type = r.byte();
         const mutable = r.byte();
         const value = r.expression();
@@ -257,11 +269,13 @@ function readModule(bytes) {
   // Global indices count the imported ones first.
   return {
     sections,
+    importedFunctions,
     importedGlobals,
     globals: [...importedGlobals.map(() => ({})), ...globals],
     exports,
     elements,
     elementBytes,
+    globalBytes,
   };
 }
 
@@ -397,4 +411,149 @@ export function jsSlotsModule(signatures, start) {
     ...section(SECTION.import, [...leb(imports.length), ...imports.flat()]),
     ...section(SECTION.element, element),
   ]);
+}
+
+/**
+ * The export a realm turns the inlined small-object allocator on with: a
+ * mutable i32 global, 0 (off) until the realm's allocator is installed,
+ * then the table slot of its `alloc` (its `free` is 3 slots on; see
+ * `installSmallObjects` in python-realm.js).
+ */
+export const SMALL_OBJECTS = "runbox_small_objects";
+
+/** The switch's definition: a mutable i32, initially 0. */
+const SWITCH_GLOBAL = [0x7f, 0x01, 0x41, 0x00, 0x0b];
+
+/**
+ * The functions whose allocator call is inlined: CPython's object domain
+ * and its memory domain (both set to the harness's small-object
+ * allocator, small-objects.wat), each as `alloc` or `free`.
+ */
+const ALLOCATOR_CALLS = [
+  { name: "PyObject_Malloc", kind: "alloc" },
+  { name: "PyObject_Free", kind: "free" },
+  { name: "PyMem_Malloc", kind: "alloc" },
+  { name: "PyMem_Free", kind: "free" },
+];
+
+/**
+ * The code section with the small-object allocator's fast path inlined
+ * where CPython calls it, the globals' switch at `switchIndex`.
+ *
+ * Each of the functions in ALLOCATOR_CALLS reads its domain's allocator
+ * (a PyMemAllocatorEx: ctx, malloc, calloc, realloc, free) and makes an
+ * indirect call, to another instance's function: for a CPU-bound program,
+ * which makes and drops an int object for every number above 256, a
+ * fifth of its time went to those calls and the allocator's functions.
+ * Each now first checks that the domain's function is the realm's
+ * allocator's (the switch says which slot that is), and then does what the
+ * allocator would for the common case: `alloc` takes a block of 1 to 512
+ * bytes off its class's free list, `free` puts a block of one of its pools
+ * on its class's list. Anything else (no block on the list, a block of
+ * dlmalloc's, another allocator installed, as tracemalloc does) goes on to
+ * the function's own code, unchanged. The layout of `ctx` is
+ * small-objects.wat's.
+ */
+function inlineSmallObjects(bytes, module, switchIndex) {
+  const { header, end } = module.sections.get(SECTION.code);
+  const r = reader(bytes, header + 1);
+  r.u32();
+  const count = r.u32();
+  const wanted = new Map();
+  for (const { name, kind } of ALLOCATOR_CALLS) {
+    const entry = module.exports.find((e) => e.name === name && e.kind === KIND.function);
+    if (!entry) throw new Error(`pyodide.asm.wasm no longer exports ${name}`);
+    wanted.set(entry.index - module.importedFunctions, { name, kind });
+  }
+  const parts = [leb(count)];
+  let copied = r.at;
+  let found = 0;
+  for (let i = 0; i < count; i++) {
+    const at = r.at;
+    const size = r.u32();
+    const body = bytes.subarray(r.at, r.at + size);
+    r.at += size;
+    const call = wanted.get(i);
+    if (!call) continue;
+    const changed = withFastPath(body, call, switchIndex);
+    parts.push(bytes.subarray(copied, at), leb(changed.length), changed);
+    copied = r.at;
+    found++;
+  }
+  if (r.at !== end || found !== wanted.size) throw new Error("pyodide.asm.wasm's code section is not as pyodide-wasm.mjs reads it");
+  parts.push(bytes.subarray(copied, end));
+  return concat(parts);
+}
+
+/**
+ * `body`, a function of CPython's that calls its domain's allocator (one
+ * local of its own, then `global.get G; local.tee 1; i32.load offset=CTX;
+ * …; local.get 1; i32.load offset=FN; call_indirect`), with the fast path
+ * of `call.kind` before its code. The fast path's locals are 2, 3 and 4.
+ */
+function withFastPath(body, call, switchIndex) {
+  const r = reader(body);
+  const groups = r.u32();
+  const local = r.u32();
+  if (groups !== 1 || local !== 1 || r.byte() !== 0x7f) throw new Error(`${call.name} no longer has the locals pyodide-wasm.mjs expects`);
+  const code = body.subarray(r.at);
+  const read = readAllocatorCall(code, call.name);
+  const offset = (n) => leb(n);
+  const on = [
+    // block; if the switch is off, or the domain's function is not the
+    // realm's allocator's, leave it.
+    0x02, 0x40,
+    0x23, ...leb(switchIndex), 0x45, 0x0d, 0x00,
+    0x23, ...leb(read.global), 0x22, 0x02, 0x28, 0x02, ...offset(read.function),
+    0x23, ...leb(switchIndex), ...(call.kind === "free" ? [0x41, 0x03, 0x6a] : []), 0x47, 0x0d, 0x00,
+  ];
+  const fast =
+    call.kind === "alloc"
+      ? [
+          // 1 to 512 bytes only: size - 1 <= 511, unsigned.
+          0x20, 0x00, 0x41, 0x01, 0x6b, 0x41, 0xff, 0x03, 0x4b, 0x0d, 0x00,
+          // head = ctx + ((size + 15) >> 4) * 4; block = *head; none: leave.
+          0x20, 0x02, 0x28, 0x02, ...offset(read.context),
+          0x20, 0x00, 0x41, 0x0f, 0x6a, 0x41, 0x04, 0x76, 0x41, 0x02, 0x74, 0x6a,
+          0x22, 0x03, 0x28, 0x02, 0x00, 0x22, 0x04, 0x45, 0x0d, 0x00,
+          // *head = *block; return block.
+          0x20, 0x03, 0x20, 0x04, 0x28, 0x02, 0x00, 0x36, 0x02, 0x00, 0x20, 0x04, 0x0f,
+        ]
+      : [
+          // A null block: leave.
+          0x20, 0x00, 0x45, 0x0d, 0x00,
+          // class = the map's byte for the block's 16 KiB (ctx + 1024 +
+          // (block >> 14)); 0 (not a pool's): leave.
+          0x20, 0x02, 0x28, 0x02, ...offset(read.context), 0x22, 0x02,
+          0x20, 0x00, 0x41, 0x0e, 0x76, 0x6a, 0x2d, 0x00, 0x80, 0x08,
+          0x22, 0x03, 0x45, 0x0d, 0x00,
+          // head = ctx + class * 4; *block = *head; *head = block; return.
+          0x20, 0x00, 0x20, 0x02, 0x20, 0x03, 0x41, 0x02, 0x74, 0x6a, 0x22, 0x04, 0x28, 0x02, 0x00, 0x36, 0x02, 0x00,
+          0x20, 0x04, 0x20, 0x00, 0x36, 0x02, 0x00, 0x0f,
+        ];
+  // Locals: the function's own one, then the fast path's three.
+  return concat([[0x02, 0x01, 0x7f, 0x03, 0x7f], on, fast, [0x0b], code]);
+}
+
+/**
+ * Where `code` (a function's instructions) reads its domain's allocator:
+ * the global holding the runtime state's address, and the offsets of the
+ * allocator's ctx and of the function it calls. Exactly one such read.
+ */
+function readAllocatorCall(code, name) {
+  const found = [];
+  for (let at = 0; at < code.length; at++) {
+    if (code[at] !== 0x23) continue;
+    const r = reader(code, at + 1);
+    const global = r.u32();
+    if (r.byte() !== 0x22 || r.u32() !== 1 || r.byte() !== 0x28 || r.u32() !== 2) continue;
+    const context = r.u32();
+    if (r.byte() !== 0x20 || r.u32() !== 0 || r.byte() !== 0x20 || r.u32() !== 1) continue;
+    if (r.byte() !== 0x28 || r.u32() !== 2) continue;
+    const fn = r.u32();
+    if (r.byte() !== 0x11) continue;
+    found.push({ global, context, function: fn });
+  }
+  if (found.length !== 1) throw new Error(`${name} no longer calls its allocator as pyodide-wasm.mjs reads it`);
+  return found[0];
 }

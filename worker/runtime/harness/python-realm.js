@@ -223,7 +223,13 @@
     const PYMEM_DOMAIN_OBJ = 2;
     module._PyMem_SetAllocator(PYMEM_DOMAIN_MEM, struct);
     module._PyMem_SetAllocator(PYMEM_DOMAIN_OBJ, struct);
+    // CPython's own calls into the allocator take its common cases inline
+    // from now on (pyodide-wasm.mjs, `inlineSmallObjects`).
+    smallObjectsSwitch.value = slot;
   }
+
+  /** The module's switch for its inlined small-object allocator (pyodide-wasm.mjs). */
+  let smallObjectsSwitch = null;
 
   // The harness's name for the runner's compiled code, once it has it.
   const COMPILED_RUNNER = "runner.marshal";
@@ -272,7 +278,9 @@
     wasm.instantiate = function (source, imports) {
       if (!(source instanceof Uint8Array) || source.length !== 8) return Reflect.apply(original, wasm, arguments);
       const stub = fileBytes("dylink.wasm");
-      return Promise.resolve({ instance: instantiate(imports), module: new wasm.Module(stub) });
+      const made = instantiate(imports);
+      smallObjectsSwitch = made.exports.runbox_small_objects;
+      return Promise.resolve({ instance: made, module: new wasm.Module(stub) });
     };
     // Pyodide sizes the memory from the snapshot's length and reads its
     // header; the harness copies the image (see restoreMemory).

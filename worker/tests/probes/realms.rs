@@ -724,6 +724,34 @@ print(len(keep), digest.hexdigest()[:16])
     }
 }
 
+/// CPython's own calls into the small-object allocator take its common
+/// cases inline (pyodide-wasm.mjs, `inlineSmallObjects`), but only while
+/// the domain's allocator is the realm's: an allocator a program puts over
+/// it, as tracemalloc does, still gets every allocation and free, and
+/// with tracemalloc gone the inlined path serves again. (With the check
+/// left out, the inlined path took tracemalloc's state for the
+/// allocator's and the job died on a memory access out of bounds.)
+#[tokio::test]
+async fn an_allocator_put_over_the_small_objects_gets_every_call() {
+    let runner = lane_runner().await;
+    let code = r#"
+import tracemalloc
+tracemalloc.start()
+x = [str(i) * 3 for i in range(20000)]
+held, _ = tracemalloc.get_traced_memory()
+del x
+left, _ = tracemalloc.get_traced_memory()
+tracemalloc.stop()
+y = [str(i) * 3 for i in range(20000)]
+print(held > 700_000, left < 10_000, len(y))
+"#;
+    for run in 0..2 {
+        let report = run_in(&runner, "realms-small-objects-traced", spec(Py, code)).await;
+        assert_ran(&report.outcome, 0, "True True 20000\n");
+        assert!(run == 0 || report.outcome.warm, "{:#?}", report.outcome);
+    }
+}
+
 /// The small-object allocator's pools serve only the size they were made
 /// for, so they are capped (a sixteenth of the memory): a job that fills
 /// its memory with objects of one size, frees them, and fills it with
