@@ -18,6 +18,10 @@
 //   out: `Module._f`, for whoever asks for it (`ccall`, a program), and a
 //   bare `_f` in code the glue evaluates in its own scope (a side module's
 //   EM_JS, `emscripten_run_script`) are found the same way, when asked for.
+//
+// And one change that is not about linking: CPython's calls into its
+// allocator take the small-object allocator's common cases inline
+// (`inlineSmallObjects`), once a realm has installed it.
 
 const decoder = new TextDecoder();
 

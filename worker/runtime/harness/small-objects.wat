@@ -19,6 +19,12 @@
 ;; was installed (the snapshot's objects) are freed through dlmalloc: the
 ;; map says which pools are this allocator's.
 ;;
+;; CPython's own calls take the common cases inline (a block off a free
+;; list, a pool's block back on one): pyodide-wasm.mjs writes them into
+;; PyObject_Malloc, PyObject_Free, PyMem_Malloc and PyMem_Free, and reads
+;; `ctx` as laid out here, so a change to the layout or to the classes
+;; changes `withFastPath` there too.
+;;
 ;; Every function takes `ctx`, a block of the job's memory (calloc'ed at
 ;; install, so zero but for the limit), laid out as:
 ;;
