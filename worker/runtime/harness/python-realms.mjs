@@ -319,8 +319,9 @@ export async function prepareRealms(dir, snapshotPath, realmSource, fetchSource 
     header: snapshot.slice(0, headerLength),
     image: snapshot.subarray(headerLength),
     size: snapshotPath ? snapshot.length : 0,
-    // Found by the first realm's restore (see `sparseCopy`).
+    // Found by the first realm's restore (see `sparseCopy` and `imageRanges`).
     pages: null,
+    imageRanges: null,
     // Compiled while the first realm boots (see `jsSlots` and `instantiateHelper`).
     jsSlots: null,
     helpers: [],
@@ -340,20 +341,35 @@ const COMPILED_RUNNER = "runner.marshal";
  * the first realm's answer serves every later one.
  */
 function sparseCopy(image, heap) {
-  const isZero = (bytes, from, to) => {
-    for (let i = from; i < to; i++) if (bytes[i] !== 0) return false;
-    return true;
-  };
+  return pageRanges(image.length, (from, to) => !isZero(image, from, to) || !isZero(heap, from, to));
+}
+
+/**
+ * The [start, end) byte ranges, in whole pages, where `image` is not all
+ * zero: a reused memory gets these copied and zeros everywhere else,
+ * which is cheaper than copying the zeros.
+ */
+function imageRanges(image) {
+  return pageRanges(image.length, (from, to) => !isZero(image, from, to));
+}
+
+/** The pages of `length` bytes that `wanted(from, to)` picks, as merged [start, end) ranges. */
+function pageRanges(length, wanted) {
   const ranges = [];
-  for (let page = 0; page * PAGE < image.length; page++) {
+  for (let page = 0; page * PAGE < length; page++) {
     const from = page * PAGE;
-    const to = Math.min(from + PAGE, image.length);
-    if (isZero(image, from, to) && isZero(heap, from, to)) continue;
+    const to = Math.min(from + PAGE, length);
+    if (!wanted(from, to)) continue;
     const last = ranges[ranges.length - 1];
     if (last && last[1] === from) last[1] = to;
     else ranges.push([from, to]);
   }
   return ranges;
+}
+
+function isZero(bytes, from, to) {
+  for (let i = from; i < to; i++) if (bytes[i] !== 0) return false;
+  return true;
 }
 
 /** One job's realm, with a Pyodide instance of its own. */
@@ -519,10 +535,17 @@ export class PythonRealm {
         if (!this.#heap || this.#restored) throw new Error("no memory to restore");
         const heap = new Uint8Array(apply(memoryBuffer, this.#heap.memory, []));
         if (this.#heap.reused) {
-          // Another job's memory: every byte is written, the image's and
-          // zeros after it, so nothing of that job's is left.
-          heap.set(assets.image);
-          heap.fill(0, assets.image.length);
+          // Another job's memory: every byte is written, the image's where
+          // it is not zero and zeros everywhere else, so nothing of that
+          // job's is left.
+          assets.imageRanges ??= imageRanges(assets.image);
+          let at = 0;
+          for (const [start, end] of assets.imageRanges) {
+            heap.fill(0, at, start);
+            heap.set(assets.image.subarray(start, end), start);
+            at = end;
+          }
+          heap.fill(0, at);
         } else {
           // Fresh wasm memory is zero but for what instantiation wrote: only
           // the image's other pages are copied (see `sparseCopy`).

@@ -456,10 +456,15 @@ async fn one_jobs_data_never_reaches_the_next_jobs_heap() {
 
 /// A job's wasm memory, once its realm is freed, serves the next job's
 /// instance (the kernel has its pages already), with every byte
-/// rewritten: the snapshot's image, then zeros. The marker here is written
-/// where the image has only zeros, at the memory's end, without growing it
-/// (a grown memory is never reused), so a restore that skipped the image's
-/// zero pages, as one into fresh memory does, would leave it.
+/// rewritten: the snapshot's image where it is not zero, and zeros
+/// everywhere else. The marker here is written where the image has only
+/// zeros, without growing the memory (a grown memory is never reused): at
+/// the memory's end, after the image's last page that is not zero, and in
+/// the deeper half of the longest run of zero pages the job finds (the C
+/// stack's unused depth), between two such pages. So a restore that
+/// skipped the image's zero pages, as one into fresh memory does, or the
+/// zeros between the pages it copies, would leave it (checked: with either
+/// left out, the scan found the marker).
 #[tokio::test]
 async fn a_reused_memory_keeps_no_byte_of_the_last_job() {
     let runner = lane_runner().await;
@@ -472,11 +477,21 @@ print(js.eval("""(() => {
   const length = heap.length;
   const marker = [..."9Z7Q-TFEL"].reverse().map((c) => c.charCodeAt(0));
   for (let at = length - 65536; at + 16 <= length; at += 16) heap.set(marker, at);
-  return probe_module.HEAPU8.length === length ? "wrote, same size" : "grew";
+  const words = new Uint32Array(heap.buffer);
+  const zero = (page) => words.subarray(page * 1024, page * 1024 + 1024).every((word) => word === 0);
+  let longest = [0, 0];
+  for (let page = 0, start = 0; page <= length / 4096 - 16; page++) {
+    if (!zero(page)) start = page + 1;
+    else if (page + 1 - start > longest[1] - longest[0]) longest = [start, page + 1];
+  }
+  const [first, end] = longest;
+  for (let page = first; page < first + (end - first) / 2; page++) heap.set(marker, page * 4096 + 2048);
+  const pages = Math.floor((end - first) / 2);
+  return `${probe_module.HEAPU8.length === length ? "wrote, same size" : "grew"}, ${pages > 100 ? "in the stack" : pages}`;
 })()"""))
 "#;
     let left = run_in(&runner, lane, spec(Py, write)).await;
-    assert_ran(&left.outcome, 0, "wrote, same size\n");
+    assert_ran(&left.outcome, 0, "wrote, same size, in the stack\n");
     let scanned = run_in(&runner, lane, spec(Py, HEAP_SCAN)).await;
     assert_ran(&scanned.outcome, 0, "scanned, found none\n");
     assert!(scanned.outcome.warm, "{:#?}", scanned.outcome);
