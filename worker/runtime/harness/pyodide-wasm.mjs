@@ -423,7 +423,7 @@ export function jsSlotsModule(signatures, start) {
  * then the table slot of its `alloc` (its `free` is 3 slots on; see
  * `installSmallObjects` in python-realm.js).
  */
-export const SMALL_OBJECTS = "runbox_small_objects";
+const SMALL_OBJECTS = "runbox_small_objects";
 
 /** The switch's definition: a mutable i32, initially 0. */
 const SWITCH_GLOBAL = [0x7f, 0x01, 0x41, 0x00, 0x0b];
@@ -490,74 +490,115 @@ function inlineSmallObjects(bytes, module, switchIndex) {
 }
 
 /**
- * `body`, a function of CPython's that calls its domain's allocator (one
- * local of its own, then `global.get G; local.tee 1; i32.load offset=CTX;
- * …; local.get 1; i32.load offset=FN; call_indirect`), with the fast path
- * of `call.kind` before its code. The fast path's locals are 2, 3 and 4.
+ * small-objects.wat's layout, as the fast path reads it: `ctx` holds a
+ * free list's head, 4 bytes, per class of 16 bytes (class c at c * 4) up to
+ * 512 bytes, and from `ctx + MAP` a byte per 16 KiB of memory, the class of
+ * the pool there or 0. The realm puts the allocator's functions in four
+ * table slots in a row (python-realm.js): alloc, calloc, realloc, free.
+ */
+const SMALL = { classBits: 4, largest: 512, map: 1024, poolBits: 14, freeSlot: 3 };
+
+// The few instructions the fast path is made of.
+const op = {
+  block: [0x02, 0x40],
+  end: [0x0b],
+  brIf: [0x0d, 0x00],
+  ret: [0x0f],
+  get: (local) => [0x20, ...leb(local)],
+  tee: (local) => [0x22, ...leb(local)],
+  global: (index) => [0x23, ...leb(index)],
+  load: (offset = 0) => [0x28, 0x02, ...leb(offset)],
+  loadByte: (offset) => [0x2d, 0x00, ...leb(offset)],
+  store: [0x36, 0x02, 0x00],
+  i32: (n) => [0x41, ...sleb(n)],
+  eqz: [0x45],
+  ne: [0x47],
+  gtU: [0x4b],
+  add: [0x6a],
+  sub: [0x6b],
+  shl: [0x74],
+  shrU: [0x76],
+};
+
+/**
+ * `body`, one of CPython's functions that call their domain's allocator,
+ * with the fast path of `call.kind` before its own code, which is kept as
+ * it is. Its one local (1) keeps its index; the fast path's are 2, 3, 4.
+ * Local 0 is the function's argument: the size, or the block.
  */
 function withFastPath(body, call, switchIndex) {
   const r = reader(body);
-  const groups = r.u32();
-  const local = r.u32();
-  if (groups !== 1 || local !== 1 || r.byte() !== 0x7f) throw new Error(`${call.name} no longer has the locals pyodide-wasm.mjs expects`);
+  if (r.u32() !== 1 || r.u32() !== 1 || r.byte() !== 0x7f) {
+    throw new Error(`${call.name} no longer has the locals pyodide-wasm.mjs expects`);
+  }
   const code = body.subarray(r.at);
-  const read = readAllocatorCall(code, call.name);
-  const offset = (n) => leb(n);
-  const on = [
-    // block; if the switch is off, or the domain's function is not the
-    // realm's allocator's, leave it.
-    0x02, 0x40,
-    0x23, ...leb(switchIndex), 0x45, 0x0d, 0x00,
-    0x23, ...leb(read.global), 0x22, 0x02, 0x28, 0x02, ...offset(read.function),
-    0x23, ...leb(switchIndex), ...(call.kind === "free" ? [0x41, 0x03, 0x6a] : []), 0x47, 0x0d, 0x00,
+  const { global, context, function: slot } = allocatorCall(code, call);
+  // Leave the block (and run the function's own code) unless the switch is
+  // on and the domain's function is the realm's allocator's; local 2 is the
+  // domain's allocator (a PyMemAllocatorEx) from here on.
+  const guard = [
+    ...op.global(switchIndex), ...op.eqz, ...op.brIf,
+    ...op.global(global), ...op.tee(2), ...op.load(slot),
+    ...op.global(switchIndex), ...(call.kind === "free" ? [...op.i32(SMALL.freeSlot), ...op.add] : []),
+    ...op.ne, ...op.brIf,
   ];
   const fast =
     call.kind === "alloc"
       ? [
-          // 1 to 512 bytes only: size - 1 <= 511, unsigned.
-          0x20, 0x00, 0x41, 0x01, 0x6b, 0x41, 0xff, 0x03, 0x4b, 0x0d, 0x00,
-          // head = ctx + ((size + 15) >> 4) * 4; block = *head; none: leave.
-          0x20, 0x02, 0x28, 0x02, ...offset(read.context),
-          0x20, 0x00, 0x41, 0x0f, 0x6a, 0x41, 0x04, 0x76, 0x41, 0x02, 0x74, 0x6a,
-          0x22, 0x03, 0x28, 0x02, 0x00, 0x22, 0x04, 0x45, 0x0d, 0x00,
+          // 1 to 512 bytes only: size - 1 > 511 (unsigned) leaves.
+          ...op.get(0), ...op.i32(1), ...op.sub, ...op.i32(SMALL.largest - 1), ...op.gtU, ...op.brIf,
+          // head (3) = ctx + ((size + 15) >> 4) * 4; block (4) = *head; none: leave.
+          ...op.get(2), ...op.load(context),
+          ...op.get(0), ...op.i32((1 << SMALL.classBits) - 1), ...op.add, ...op.i32(SMALL.classBits), ...op.shrU,
+          ...op.i32(2), ...op.shl, ...op.add,
+          ...op.tee(3), ...op.load(), ...op.tee(4), ...op.eqz, ...op.brIf,
           // *head = *block; return block.
-          0x20, 0x03, 0x20, 0x04, 0x28, 0x02, 0x00, 0x36, 0x02, 0x00, 0x20, 0x04, 0x0f,
+          ...op.get(3), ...op.get(4), ...op.load(), ...op.store, ...op.get(4), ...op.ret,
         ]
       : [
-          // A null block: leave.
-          0x20, 0x00, 0x45, 0x0d, 0x00,
-          // class = the map's byte for the block's 16 KiB (ctx + 1024 +
-          // (block >> 14)); 0 (not a pool's): leave.
-          0x20, 0x02, 0x28, 0x02, ...offset(read.context), 0x22, 0x02,
-          0x20, 0x00, 0x41, 0x0e, 0x76, 0x6a, 0x2d, 0x00, 0x80, 0x08,
-          0x22, 0x03, 0x45, 0x0d, 0x00,
-          // head = ctx + class * 4; *block = *head; *head = block; return.
-          0x20, 0x00, 0x20, 0x02, 0x20, 0x03, 0x41, 0x02, 0x74, 0x6a, 0x22, 0x04, 0x28, 0x02, 0x00, 0x36, 0x02, 0x00,
-          0x20, 0x04, 0x20, 0x00, 0x36, 0x02, 0x00, 0x0f,
+          // A null block leaves.
+          ...op.get(0), ...op.eqz, ...op.brIf,
+          // ctx (2, in place of the allocator); class (3) = the map's byte
+          // for the block's 16 KiB; 0 (not a pool's) leaves.
+          ...op.get(2), ...op.load(context), ...op.tee(2),
+          ...op.get(0), ...op.i32(SMALL.poolBits), ...op.shrU, ...op.add, ...op.loadByte(SMALL.map),
+          ...op.tee(3), ...op.eqz, ...op.brIf,
+          // head (4) = ctx + class * 4; *block = *head; *head = block; return.
+          ...op.get(0), ...op.get(2), ...op.get(3), ...op.i32(2), ...op.shl, ...op.add, ...op.tee(4), ...op.load(), ...op.store,
+          ...op.get(4), ...op.get(0), ...op.store, ...op.ret,
         ];
-  // Locals: the function's own one, then the fast path's three.
-  return concat([[0x02, 0x01, 0x7f, 0x03, 0x7f], on, fast, [0x0b], code]);
+  // Locals: the function's own i32, then the fast path's three.
+  return concat([[0x02, 0x01, 0x7f, 0x03, 0x7f], op.block, guard, fast, op.end, code]);
 }
 
 /**
- * Where `code` (a function's instructions) reads its domain's allocator:
- * the global holding the runtime state's address, and the offsets of the
- * allocator's ctx and of the function it calls. Exactly one such read.
+ * Where `code`, the whole of a function of `call.kind`, reads its domain's
+ * allocator: the global holding the runtime state's address, and the
+ * offsets of the allocator's ctx and of the function it calls. The code
+ * must be exactly what CPython 3.13's PyObject_Malloc (a size check, then
+ * the call) or PyObject_Free (the call) compiles to, so that the fast path
+ * skips nothing else the function does.
  */
-function readAllocatorCall(code, name) {
-  const found = [];
-  for (let at = 0; at < code.length; at++) {
-    if (code[at] !== 0x23) continue;
-    const r = reader(code, at + 1);
-    const global = r.u32();
-    if (r.byte() !== 0x22 || r.u32() !== 1 || r.byte() !== 0x28 || r.u32() !== 2) continue;
-    const context = r.u32();
-    if (r.byte() !== 0x20 || r.u32() !== 0 || r.byte() !== 0x20 || r.u32() !== 1) continue;
-    if (r.byte() !== 0x28 || r.u32() !== 2) continue;
-    const fn = r.u32();
-    if (r.byte() !== 0x11) continue;
-    found.push({ global, context, function: fn });
+function allocatorCall(code, call) {
+  const r = reader(code);
+  const expect = (...bytes) => bytes.every((byte) => r.byte() === byte);
+  let found = null;
+  // alloc: local.get 0; i32.const 0; i32.ge_s; if (result i32)
+  if (call.kind === "free" || expect(0x20, 0x00, 0x41, 0x00, 0x4e, 0x04, 0x7f)) {
+    // global.get G; local.tee 1; i32.load CTX; local.get 0; local.get 1;
+    // i32.load FN; call_indirect (type T, table 0)
+    const global = r.byte() === 0x23 ? r.u32() : -1;
+    const context = expect(0x22, 0x01, 0x28, 0x02) ? r.u32() : -1;
+    const slot = expect(0x20, 0x00, 0x20, 0x01, 0x28, 0x02) ? r.u32() : -1;
+    if (global >= 0 && context >= 0 && slot >= 0 && r.byte() === 0x11) {
+      r.u32();
+      if (r.byte() === 0x00) found = { global, context, function: slot };
+    }
   }
-  if (found.length !== 1) throw new Error(`${name} no longer calls its allocator as pyodide-wasm.mjs reads it`);
-  return found[0];
+  // alloc: else local.get 1 (NULL) end; then the function's end.
+  const rest = call.kind === "alloc" ? [0x05, 0x20, 0x01, 0x0b, 0x0b] : [0x0b];
+  if (!found || !expect(...rest) || r.at !== code.length) {
+    throw new Error(`${call.name} no longer calls its allocator as pyodide-wasm.mjs reads it`);
+  }
+  return found;
 }

@@ -214,6 +214,7 @@
     const table = module.wasmTable;
     const slot = table.grow(4);
     const { alloc, calloc, realloc, free } = allocator.exports;
+    // In this order: the inlined fast path finds `free` 3 slots after `alloc`.
     [alloc, calloc, realloc, free].forEach((f, i) => table.set(slot + i, f));
     const words = new Uint32Array(heap.memory.buffer);
     words.set([ctx, slot, slot + 1, slot + 2, slot + 3], struct >>> 2);
@@ -228,7 +229,7 @@
     smallObjectsSwitch.value = slot;
   }
 
-  /** The module's switch for its inlined small-object allocator (pyodide-wasm.mjs). */
+  /** The module's switch for its inlined small-object allocator (SMALL_OBJECTS in pyodide-wasm.mjs). */
   let smallObjectsSwitch = null;
 
   // The harness's name for the runner's compiled code, once it has it.
@@ -280,6 +281,7 @@
       const stub = fileBytes("dylink.wasm");
       const made = instantiate(imports);
       smallObjectsSwitch = made.exports.runbox_small_objects;
+      if (!(smallObjectsSwitch instanceof wasm.Global)) throw new Error("runbox: the module has no small-object switch");
       return Promise.resolve({ instance: made, module: new wasm.Module(stub) });
     };
     // Pyodide sizes the memory from the snapshot's length and reads its
@@ -305,6 +307,8 @@
       memoryBase = base;
       const relocated = {};
       for (const name in exports) {
+        // The small-object switch is a global of the harness's, not data.
+        if (name === "runbox_small_objects") continue;
         const value = exports[name];
         relocated[name] = typeof value === "object" ? value.value + base : value;
       }

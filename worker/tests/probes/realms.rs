@@ -742,9 +742,9 @@ print(len(keep), digest.hexdigest()[:16])
 /// CPython's own calls into the small-object allocator take its common
 /// cases inline (pyodide-wasm.mjs, `inlineSmallObjects`), but only while
 /// the domain's allocator is the realm's: an allocator a program puts over
-/// it, as tracemalloc does, still gets every allocation and free, and
-/// with tracemalloc gone the inlined path serves again. (With the check
-/// left out, the inlined path took tracemalloc's state for the
+/// it, as tracemalloc does, still gets every allocation and free, and the
+/// program allocates as before once tracemalloc has stopped. (With the
+/// check left out, the inlined path took tracemalloc's state for the
 /// allocator's and the job died on a memory access out of bounds.)
 #[tokio::test]
 async fn an_allocator_put_over_the_small_objects_gets_every_call() {
