@@ -12,27 +12,27 @@
 //   nothing: the files come from memory, and the wasm module compiled once
 //   in the harness is shared by every Worker (posting a compiled module to
 //   a Worker does not compile it again).
-import * as childProcess from "node:child_process";
-import * as crypto from "node:crypto";
-import * as fs from "node:fs";
-import * as path from "node:path";
-import * as tty from "node:tty";
 
 // pyodide.asm.js is an Emscripten script written for CommonJS: it calls
 // `require` for these Node built-ins, some of them lazily (random numbers,
 // os.system), so this `require` stays. It serves nothing else: no file,
-// no package, so it opens no way around the read check.
-const BUILTINS = { child_process: childProcess, crypto, fs, path, tty };
+// no package, so it opens no way around the read check. Each is loaded
+// when first asked for, not imported: a shared child's harness imports
+// this file but runs Pyodide's loader only inside its realms, where there
+// is no `require`, and V8 marks every object a child keeps in each of its
+// collections, one per job (these five held 1.5 MB).
+const BUILTINS = new Set(["child_process", "crypto", "fs", "path", "tty"]);
+
+function require(name) {
+  const builtin = String(name).replace(/^node:/, "");
+  if (!BUILTINS.has(builtin)) throw new Error(`Cannot find module '${name}'`);
+  return process.getBuiltinModule(`node:${builtin}`);
+}
 
 /** The runtime's pinned packages: the file in the Pyodide directory
  * (`runtime/prepare` builds it) and where jobs find it, on sys.path. */
 export const PACKAGES_FILE = "packages.zip";
 export const PACKAGES_ZIP = "/lib/packages.zip";
-function require(name) {
-  const module = BUILTINS[String(name).replace(/^node:/, "")];
-  if (!module) throw new Error(`Cannot find module '${name}'`);
-  return module;
-}
 
 /** The packages zip in Pyodide directory `dir`, or null if it has none. */
 export function readPackages(dir) {
