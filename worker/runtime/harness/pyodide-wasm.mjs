@@ -59,14 +59,14 @@ export function linkModule(bytes, glue) {
   layout.forEach((index, position) => slots.set(index, tableStart + position));
 
   const kept = [];
-  const symbols = new Map();
+  const moved = new Map();
   for (const entry of module.exports) {
     const { name, kind, index } = entry;
     const mustKeep = named.has(name) || isInternal(internal, name);
     if (!mustKeep && kind === KIND.function && slots.has(index)) {
-      symbols.set(name, { slot: slots.get(index) });
+      moved.set(name, { slot: slots.get(index) });
     } else if (!mustKeep && kind === KIND.global && module.globals[index]?.constant !== undefined) {
-      symbols.set(name, { address: module.globals[index].constant });
+      moved.set(name, { address: module.globals[index].constant });
     } else {
       kept.push(entry);
     }
@@ -75,6 +75,7 @@ export function linkModule(bytes, glue) {
   // global of the module's own, after every other.
   const smallObjects = module.globals.length;
   kept.push({ name: SMALL_OBJECTS, kind: KIND.global, index: smallObjects });
+  const symbols = new SymbolTable(moved);
   const changed = replaceSections(bytes, module.sections, {
     [SECTION.global]: concat([leb(module.globals.length - module.importedGlobals.length + 1), module.globalBytes, SWITCH_GLOBAL]),
     [SECTION.export]: exportSection(kept),
@@ -90,6 +91,76 @@ export function linkModule(bytes, glue) {
     `wasmTable=new WebAssembly.Table({initial:${tableSize},`,
   );
   return { bytes: changed, glue: sized, tableSize, symbols };
+}
+
+/**
+ * The symbols the module no longer exports, by name: `get(name)` is
+ * `{ slot }` or `{ address }`, or undefined. Nearly 10,000 of them, held
+ * in one string and a few typed arrays rather than a Map of strings and
+ * objects: a shared child keeps the table for its life and V8 marks every
+ * object the child keeps in each of its collections, one per job.
+ */
+class SymbolTable {
+  #names;
+  #starts;
+  #values;
+  #isSlot;
+  #buckets;
+
+  /** From `entries`, a Map of name to `{ slot }` or `{ address }`. */
+  constructor(entries) {
+    const names = [...entries.keys()];
+    this.#names = names.join("");
+    this.#starts = new Uint32Array(names.length + 1);
+    this.#values = new Uint32Array(names.length);
+    this.#isSlot = new Uint8Array(names.length);
+    // Open addressing, at most half full; a bucket holds an entry's index + 1.
+    this.#buckets = new Uint32Array(2 ** Math.ceil(Math.log2(names.length * 2 + 2)));
+    let at = 0;
+    names.forEach((name, i) => {
+      const { slot, address } = entries.get(name);
+      this.#starts[i] = at;
+      at += name.length;
+      this.#isSlot[i] = slot === undefined ? 0 : 1;
+      this.#values[i] = slot ?? address;
+      this.#buckets[this.#free(name)] = i + 1;
+    });
+    this.#starts[names.length] = at;
+  }
+
+  get(name) {
+    const i = this.#buckets[this.#bucket(name)] - 1;
+    if (i < 0) return undefined;
+    return this.#isSlot[i] ? { slot: this.#values[i] } : { address: this.#values[i] };
+  }
+
+  has(name) {
+    return this.#buckets[this.#bucket(name)] !== 0;
+  }
+
+  /** The bucket holding `name`, or the empty one where it would go. */
+  #bucket(name) {
+    const mask = this.#buckets.length - 1;
+    for (let b = hash(name) & mask; ; b = (b + 1) & mask) {
+      const entry = this.#buckets[b];
+      if (entry === 0) return b;
+      const start = this.#starts[entry - 1];
+      if (this.#starts[entry] - start === name.length && this.#names.startsWith(name, start)) return b;
+    }
+  }
+
+  #free(name) {
+    const b = this.#bucket(name);
+    if (this.#buckets[b] !== 0) throw new Error(`symbol ${name} twice`);
+    return b;
+  }
+}
+
+/** FNV-1a over `text`'s UTF-16 code units. */
+function hash(text) {
+  let h = 0x811c9dc5;
+  for (let i = 0; i < text.length; i++) h = Math.imul(h ^ text.charCodeAt(i), 0x01000193);
+  return h >>> 0;
 }
 
 /** The table size the glue makes its table with, before any link grows it. */
