@@ -47,19 +47,15 @@ const setPrototype = Reflect.setPrototypeOf;
 const isExtensible = Reflect.isExtensible;
 const ownKeys = Reflect.ownKeys;
 const getRandomValues = crypto.getRandomValues.bind(crypto);
-// Two full collections. The thorough one is taken from a context made
-// while the flag that exposes it is on; it compacts the heap to its
-// smallest, two memory-reducing mark-compacts or more. Turning the flag
-// off again keeps it from later contexts only in a child that did not
-// start with it. A shared child does start with --expose-gc (command.rs),
-// which gives this realm V8's own as well, one mark-compact, about half
-// the CPU; and every context made in it has a `gc` too, which
-// python-realm.js takes from a job's realm before any program runs.
+// V8's own collection, which a child that collects (a shared one) has
+// from --expose-gc (shared-python.v8-flags): one mark-compact, or as a
+// last resort as many memory-reducing ones as free something. Every
+// context made in such a child has a `gc` too, which python-realm.js takes
+// from a job's realm before any program runs. (A context made only to get
+// a collection of the second kind, as this file once did, was 2,000 more
+// objects for every collection to mark.)
 const ownCollect = globalThis.gc;
 globalThis.gc = undefined;
-v8.setFlagsFromString("--expose-gc");
-const thoroughCollect = vm.runInNewContext("gc");
-v8.setFlagsFromString("--no-expose-gc");
 
 // Every job realm's wasm memory is made in this bare context, where no
 // script ever runs, so that it is no job's: a memory made by a realm's own
@@ -771,10 +767,10 @@ export function nextTurn() {
 
 /**
  * A full collection of the process's heap: one mark-compact, or with
- * `thorough` (or in a child without V8's own) as many memory-reducing ones
- * as free something.
+ * `thorough` as many memory-reducing ones as free something. Only in a
+ * child started with --expose-gc.
  */
 export function collectGarbage({ thorough = false } = {}) {
-  if (ownCollect && !thorough) ownCollect({ type: "major", execution: "sync" });
-  else thoroughCollect({ type: "major" });
+  if (!ownCollect) throw new Error("runbox: a child that collects starts with --expose-gc");
+  ownCollect({ type: "major", execution: "sync", ...(thorough ? { flavor: "last-resort" } : {}) });
 }
