@@ -272,10 +272,11 @@ function reader(bytes, at = 0) {
 }
 
 /**
- * The parts of the module this file reads: where each section is, the
- * names of its imported globals by index, its defined globals' constant
- * values (for the immutable i32 ones), its exports, and its element
- * segments (each active, on table 0, as a list of function indices).
+ * The parts of the module this file reads: where each section is, how
+ * many functions it imports, the names of its imported globals by index,
+ * its defined globals' constant values (for the immutable i32 ones) and
+ * their bytes, its exports, and its element segments (each active, on
+ * table 0, as a list of function indices).
  */
 function readModule(bytes) {
   const r = reader(bytes, 8);
