@@ -6,17 +6,21 @@
 // baseline's, so the two are compared in the same run.
 //
 //   deno run -A --v8-flags=--max-old-space-size=N,FLAGS \
-//     realm-cost.mjs HARNESS_DIR PYODIDE_DIR SNAPSHOT JOBS [CODE]
+//     realm-cost.mjs HARNESS_DIR PYODIDE_DIR SNAPSHOT WARMUP JOBS [CODE]
 //
 // (FLAGS: those a shared Python child starts with, in
 // worker/runtime/shared-python.v8-flags, comma-separated)
 //
+// Runs WARMUP jobs first, unmeasured: a new child's first jobs cost more
+// (about twice as much over its first ten, a third more over the next
+// forty; docs/performance.md), and a warm child is what this measures.
 // Prints one JSON line: the median CPU (user + system, every thread) and
-// wall time of a job's whole cycle, in ms, and how many realms V8 had not
-// freed after two collections (`kept`: a shared child is replaced then).
+// wall time of the next JOBS jobs' whole cycle, in ms, and how many realms
+// V8 had not freed after two collections (`kept`: a shared child is
+// replaced then), over all of them.
 import process from "node:process";
 
-const [harness, pyodideDir, snapshot, jobs, code = "print(2 + 2)"] = Deno.args;
+const [harness, pyodideDir, snapshot, warmup, jobs, code = "print(2 + 2)"] = Deno.args;
 const realms = await import(`file://${harness}/python-realms.mjs`);
 const { collectGarbage, prepareRealms, PythonRealm } = realms;
 // As the harness waits for a turn; a baseline's from before `nextTurn`
@@ -37,7 +41,7 @@ let kept = 0;
 // As a shared child does: each realm gets the memory the previous one's job left.
 let previous = null;
 // Output goes to stderr's own sink: the programs' stdout is not measured.
-for (let i = 0; i < Number(jobs); i++) {
+for (let i = 0; i < Number(warmup) + Number(jobs); i++) {
   const cpuBefore = cpuMs();
   const wallBefore = performance.now();
   const realm = await PythonRealm.boot(assets, 512, runner, "", previous);
@@ -56,6 +60,7 @@ for (let i = 0; i < Number(jobs); i++) {
   // A shared child would be replaced here: counted, not measured.
   if (!gone) kept++;
   previous = realm;
+  if (i < Number(warmup)) continue;
   cpu.push(cpuMs() - cpuBefore);
   wall.push(performance.now() - wallBefore);
 }
