@@ -12,8 +12,9 @@
 // worker/runtime/shared-python.v8-flags, comma-separated)
 //
 // Runs WARMUP jobs first, unmeasured: a new child's first jobs cost more
-// (about twice as much over its first ten, a third more over the next
-// forty; docs/performance.md), and a warm child is what this measures.
+// while V8 compiles CPython's hot functions with TurboFan (about two and a
+// half times as much over its first ten, half again over the next thirty;
+// docs/performance.md), and a warm child is what this measures.
 // Prints one JSON line: the median CPU (user + system, every thread) and
 // wall time of the next JOBS jobs' whole cycle, in ms, and how many realms
 // V8 had not freed after two collections (`kept`: a shared child is
