@@ -229,8 +229,9 @@
     smallObjectsSwitch.value = slot;
   }
 
-  /** The module's switch for its inlined small-object allocator (SMALL_OBJECTS in pyodide-wasm.mjs). */
+  /** The module's switch for its inlined small-object allocator, and its export's name (SMALL_OBJECTS in pyodide-wasm.mjs). */
   let smallObjectsSwitch = null;
+  const SMALL_OBJECTS = "runbox_small_objects";
 
   // The harness's name for the runner's compiled code, once it has it.
   const COMPILED_RUNNER = "runner.marshal";
@@ -280,7 +281,7 @@
       if (!(source instanceof Uint8Array) || source.length !== 8) return Reflect.apply(original, wasm, arguments);
       const stub = fileBytes("dylink.wasm");
       const made = instantiate(imports);
-      smallObjectsSwitch = made.exports.runbox_small_objects;
+      smallObjectsSwitch = made.exports[SMALL_OBJECTS];
       if (!(smallObjectsSwitch instanceof wasm.Global)) throw new Error("runbox: the module has no small-object switch");
       return Promise.resolve({ instance: made, module: new wasm.Module(stub) });
     };
@@ -308,7 +309,7 @@
       const relocated = {};
       for (const name in exports) {
         // The small-object switch is a global of the harness's, not data.
-        if (name === "runbox_small_objects") continue;
+        if (name === SMALL_OBJECTS) continue;
         const value = exports[name];
         relocated[name] = typeof value === "object" ? value.value + base : value;
       }
