@@ -141,13 +141,15 @@ impl CheckpointLimits {
 
 impl PoolConfig {
     /// `RUNBOX_POOL_MIN` (default 1) and `RUNBOX_POOL_MAX` (default
-    /// `concurrency`; 0 turns the pool off), per kind of child, and the
+    /// `concurrency`; 0 turns the pool off), per kind of child,
+    /// `RUNBOX_POOL_WARM_UP_RUNS` (default 10; 0 runs none), and the
     /// owners' warm children ([`WarmConfig::from_env`]).
     pub fn from_env(concurrency: usize) -> Result<PoolConfig, ConfigError> {
         Ok(PoolConfig {
             min: env_or("RUNBOX_POOL_MIN", 1)?,
             max: env_or("RUNBOX_POOL_MAX", concurrency)?,
             concurrency,
+            warm_up_runs: env_or("RUNBOX_POOL_WARM_UP_RUNS", PoolConfig::WARM_UP_RUNS)?,
             warm: WarmConfig::from_env(concurrency)?,
         })
     }

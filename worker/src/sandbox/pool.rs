@@ -12,11 +12,18 @@
 //!   (`shared_runtime: false`), kept only while such jobs come.
 //!
 //! A waiting child has no permissions left (Python's boot-time read access
-//! is revoked before READY), and an unbound one has run nothing, so taking
-//! it is the same as booting one for the job.
+//! is revoked before READY), and an unbound one has run no job, so taking
+//! it is the same as booting one for the job. It may have run the warm-up
+//! program, runbox's own, each run in a realm of its own as a job's is.
 //!
 //! The pool refills in the background, one boot at a time and only while
-//! a job slot is free, so warming never takes CPU from running jobs. Its
+//! a job slot is free, so warming never takes CPU from running jobs. With
+//! nothing to boot, and once the runner has run no job for
+//! [`WARM_UP_AFTER_IDLE`], it has its unbound shared children run the
+//! warm-up program, one run at a time ([`SharedChild::warm_up`]): a new
+//! child's first jobs cost two to three times a warm one's while V8
+//! compiles CPython's hot functions, and the runs pay that before a
+//! token's first job comes. Its
 //! size follows demand: per kind, the most jobs that took (or waited for) a
 //! child of that kind at once in the last minute, kept between the
 //! configured minimum and maximum (the minimum does not apply to
@@ -24,6 +31,7 @@
 //! served by its owner's warm child takes nothing from here, so the pool
 //! grows with new owners, not with every job.
 
+use std::cmp::Reverse;
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
@@ -39,6 +47,12 @@ use super::{BootedChild, Live, Sandbox, SharedLane};
 /// How long a burst of demand keeps the pool large.
 const DEMAND_WINDOW: Duration = Duration::from_secs(60);
 
+/// How long the runner must have run no job before the pool warms a child
+/// (a run takes about a tenth of a second of one core). A boot is light
+/// and may go on beside jobs; a warm-up run would take a core from a busy
+/// lane's next jobs, between which the runner is idle for a moment.
+const WARM_UP_AFTER_IDLE: Duration = Duration::from_millis(100);
+
 /// Pool bounds, per kind of child, and what the owners' warm children may hold.
 #[derive(Debug, Clone, Copy)]
 pub struct PoolConfig {
@@ -48,8 +62,19 @@ pub struct PoolConfig {
     pub max: usize,
     /// Jobs that run at once; warming pauses while all are busy.
     pub concurrency: usize,
+    /// Times an unbound shared Python child runs the warm-up program
+    /// before a job takes it, while the runner is idle; 0 runs none.
+    pub warm_up_runs: u32,
     /// Owners' idle children (see [`WarmConfig`]).
     pub warm: WarmConfig,
+}
+
+impl PoolConfig {
+    /// A new child's first jobs cost two to three times a warm one's while
+    /// V8 compiles CPython's hot functions with TurboFan on its helper
+    /// threads; after this many warm-up runs, and the compiles they start,
+    /// its next jobs cost what a warm child's do (docs/performance.md).
+    pub const WARM_UP_RUNS: u32 = 10;
 }
 
 /// The kinds of pooled child.
@@ -95,6 +120,14 @@ impl Warm {
             Warm::Shared(child) => child.is_alive(),
         }
     }
+
+    /// Warm-up runs done: the pool hands out the warmest child first.
+    fn warm_ups(&self) -> u32 {
+        match self {
+            Warm::Single(_) => 0,
+            Warm::Shared(child) => child.warm_ups(),
+        }
+    }
 }
 
 /// What a run produced, and what it cost before the program started.
@@ -126,7 +159,7 @@ struct Pool {
 #[derive(Default)]
 struct State {
     idle: [VecDeque<Warm>; KINDS],
-    /// Children the refiller is booting right now.
+    /// Children the refiller is booting, or warming, right now.
     booting: [usize; KINDS],
     /// Jobs that took, or are waiting for, a child of each kind and are
     /// not done: the demand the pool's size follows.
@@ -134,6 +167,9 @@ struct State {
     /// Jobs running on this runner, in any lane: every one holds a slot,
     /// and warming pauses while they fill all of them.
     busy: usize,
+    /// When the last job ended, if none has started since: warm-up runs
+    /// wait for [`WARM_UP_AFTER_IDLE`] of it.
+    idle_since: Option<Instant>,
     /// The most jobs of each kind that wanted a child at once lately, and when.
     peak: [(usize, Option<Instant>); KINDS],
 }
@@ -243,16 +279,18 @@ impl Runner {
     /// until one is ready. For tests and benchmarks that must exercise the
     /// warm path.
     pub async fn wait_warm(&self, language: Language) {
-        self.wait_for(Kind::single(language)).await;
+        self.wait_for(Kind::single(language), |_| true).await;
     }
 
     /// Asks for an unbound shared Python child and waits until one is
-    /// ready, so that a new owner's first Python job finds it.
+    /// ready and has run its warm-up, so that a new owner's first Python
+    /// job finds it warm. For tests and benchmarks.
     pub async fn wait_warm_shared(&self) {
-        self.wait_for(Kind::Shared).await;
+        let runs = self.pool.as_ref().map_or(0, |pool| pool.config.warm_up_runs);
+        self.wait_for(Kind::Shared, |warm| warm.warm_ups() >= runs).await;
     }
 
-    async fn wait_for(&self, kind: Kind) {
+    async fn wait_for(&self, kind: Kind, ready: impl Fn(&Warm) -> bool) {
         let Some(pool) = &self.pool else { return };
         let k = kind as usize;
         {
@@ -264,7 +302,7 @@ impl Runner {
             let notified = pool.changed.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            if !pool.lock().idle[k].is_empty() {
+            if pool.lock().idle[k].iter().any(&ready) {
                 return;
             }
             notified.await;
@@ -291,7 +329,12 @@ impl Drop for Counted {
         let mut state = self.pool.lock();
         match self.kind {
             Some(kind) => state.wanting[kind as usize] = state.wanting[kind as usize].saturating_sub(1),
-            None => state.busy = state.busy.saturating_sub(1),
+            None => {
+                state.busy = state.busy.saturating_sub(1);
+                if state.busy == 0 {
+                    state.idle_since = Some(Instant::now());
+                }
+            }
         }
         drop(state);
         self.pool.changed.notify_waiters();
@@ -305,14 +348,17 @@ impl Pool {
 
     /// Counts a running job until the guard is dropped.
     fn busy(self: &Arc<Self>) -> Counted {
-        self.lock().busy += 1;
+        let mut state = self.lock();
+        state.busy += 1;
+        state.idle_since = None;
+        drop(state);
         Counted { pool: self.clone(), kind: None }
     }
 
     /// Counts a job's demand for `kind` (until the guard is dropped) and
-    /// takes a live warm child of that kind: one that is ready, or else one
-    /// that is already booting (it is further along than a new boot would
-    /// be). None when neither exists.
+    /// takes a live warm child of that kind: the warmest that is ready, or
+    /// else one that is already booting or warming (it is further along
+    /// than a new boot would be). None when neither exists.
     async fn take(self: &Arc<Self>, kind: Kind) -> (Option<Warm>, Option<Counted>) {
         let k = kind as usize;
         {
@@ -333,7 +379,9 @@ impl Pool {
             changed.as_mut().enable();
             {
                 let mut state = self.lock();
-                while let Some(mut candidate) = state.idle[k].pop_front() {
+                let warmest =
+                    |idle: &VecDeque<Warm>| (0..idle.len()).max_by_key(|&at| (idle[at].warm_ups(), Reverse(at)));
+                while let Some(mut candidate) = warmest(&state.idle[k]).and_then(|at| state.idle[k].remove(at)) {
                     if candidate.is_alive() {
                         return (Some(candidate), counted);
                     }
@@ -376,6 +424,32 @@ impl Pool {
         next
     }
 
+    /// Takes an unbound shared child that wants a warm-up run out of the
+    /// idle ones and counts it as booting (a job that wants one waits for
+    /// it), if the runner has run no job for [`WARM_UP_AFTER_IDLE`].
+    fn start_warm_up(&self) -> Option<SharedChild> {
+        let mut state = self.lock();
+        let idle = state.idle_since.map_or(state.busy == 0, |since| since.elapsed() >= WARM_UP_AFTER_IDLE);
+        if !idle {
+            return None;
+        }
+        let idle = &mut state.idle[Kind::Shared as usize];
+        let at = idle
+            .iter()
+            .position(|warm| matches!(warm, Warm::Shared(child) if child.wants_warm_up(self.config.warm_up_runs)))?;
+        let Some(Warm::Shared(child)) = idle.remove(at) else { return None };
+        state.booting[Kind::Shared as usize] += 1;
+        Some(child)
+    }
+
+    /// A boot or warm-up of `kind` that gave no child has ended.
+    fn gave_none(&self, kind: Kind) {
+        let mut state = self.lock();
+        state.booting[kind as usize] = state.booting[kind as usize].saturating_sub(1);
+        drop(state);
+        self.changed.notify_waiters();
+    }
+
     fn put(&self, kind: Kind, child: Warm) {
         let mut state = self.lock();
         state.idle[kind as usize].push_back(child);
@@ -403,13 +477,20 @@ async fn refill(pool: Weak<Pool>) {
             Some(kind) => match strong.boot(kind).await {
                 Ok(child) => strong.put(kind, child),
                 Err(e) => {
-                    strong.lock().booting[kind as usize] -= 1;
-                    strong.changed.notify_waiters();
+                    strong.gave_none(kind);
                     tracing::warn!(error = %e, "could not warm a child; retrying in 1 s");
                     drop(strong);
                     tokio::time::sleep(Duration::from_secs(1)).await;
                 }
             },
+            None if let Some(mut child) = strong.start_warm_up() => {
+                if child.warm_up(&strong.sandbox, strong.config.warm_up_runs).await {
+                    strong.put(Kind::Shared, Warm::Shared(child));
+                } else {
+                    strong.gave_none(Kind::Shared);
+                    shared::retire(vec![child]);
+                }
+            }
             None => {
                 // Wait for a job to start or end; the timeout bounds a
                 // notification missed between the check and here.

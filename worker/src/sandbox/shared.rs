@@ -20,9 +20,9 @@
 //!
 //! Where a job's child comes from: an idle child of its owner if one is
 //! waiting and clean ([`SharedLane::take`]); else a fresh one, for Python
-//! from the runner's pool of shared children that have run nothing and
-//! belong to nobody yet, so an owner with no warm child waits no longer
-//! than a job in a fresh child would. After the job the child stays idle
+//! from the runner's pool of shared children that have run no job and
+//! belong to nobody yet (runbox's warm-up program aside), so an owner
+//! with no warm child waits no longer than a job in a fresh child would. After the job the child stays idle
 //! for its owner ([`SharedLane::put`]), within [`WarmConfig`]'s caps, for
 //! at most [`WarmConfig::idle`]. A job's outcome says whether its child
 //! had already run one of the owner's jobs (`warm`).
@@ -114,6 +114,11 @@ const MAX_JS_JOBS_PER_CHILD: u32 = 100;
 /// new child costs about 0.5 CPU-s, the price of five jobs, so it is paid
 /// rarely. What a job may leave behind is checked after every job.
 const MAX_PYTHON_JOBS_PER_CHILD: u32 = 1000;
+
+/// The program the warm pool runs in a new shared Python child before a
+/// job takes it, and the line it prints (see [`SharedChild::warm_up`]).
+const WARM_UP: &str = include_str!("../../runtime/warm-up.py");
+const WARM_UP_PRINTS: &str = "warm\n";
 
 /// How long an idle child's stdout and stderr are watched for stray bytes
 /// that may still be on their way (a JS job's Worker writes on a thread of
@@ -209,8 +214,9 @@ impl SharedLane {
         live: &Live,
     ) -> Outcome {
         debug_assert!(child.lane.as_deref().is_none_or(|lane| lane == owner), "a child changed owners");
+        // The pool's warm-up runs belong to no owner.
+        let warm = child.lane.is_some();
         child.lane = Some(owner.to_owned());
-        let warm = child.jobs > 0;
         let (mut outcome, reusable) = child.run(spec, &self.sandbox, cancel, live).await;
         outcome.warm = warm;
         if reusable {
@@ -292,7 +298,7 @@ async fn reap(lane: Weak<SharedLane>) {
 }
 
 /// Kills `children` and removes their directories, off the async threads.
-fn retire(children: Vec<SharedChild>) {
+pub(super) fn retire(children: Vec<SharedChild>) {
     if children.is_empty() {
         return;
     }
@@ -475,6 +481,35 @@ impl SharedChild {
             egress,
             _dir: dir,
         })
+    }
+
+    /// Runs the warm-up program once, as a job of no owner in a realm of
+    /// its own, and waits until the child has settled after it, as a job's
+    /// next job does. False when the child is unfit for a job now (it is
+    /// then to be retired). A run that ends otherwise than the program
+    /// does ends the warming at `runs`, not the child: a fit child still
+    /// serves.
+    pub(super) async fn warm_up(&mut self, sandbox: &Sandbox, runs: u32) -> bool {
+        debug_assert!(self.lane.is_none() && self.kind == Kind::Python, "only a pooled Python child warms up");
+        let spec = JobSpec::new(Language::Python, WARM_UP);
+        let (outcome, reusable) = self.run(&spec, sandbox, &CancellationToken::new(), &Live::default()).await;
+        if (outcome.status, outcome.exit_code, outcome.stdout.as_str()) != (Status::Completed, Some(0), WARM_UP_PRINTS)
+        {
+            tracing::warn!(status = %outcome.status, stderr = %outcome.stderr, "the warm-up program failed; warming stops");
+            self.jobs = self.jobs.max(runs);
+        }
+        reusable && self.is_clean().await
+    }
+
+    /// Whether this child wants another of `runs` warm-up runs: not once
+    /// it has run them, nor once it has an owner.
+    pub(super) fn wants_warm_up(&self, runs: u32) -> bool {
+        self.lane.is_none() && self.kind == Kind::Python && self.jobs < runs
+    }
+
+    /// Warm-up runs done, for choosing the warmest of the pool's children.
+    pub(super) fn warm_ups(&self) -> u32 {
+        if self.lane.is_none() { self.jobs } else { 0 }
     }
 
     /// False once the child has exited.

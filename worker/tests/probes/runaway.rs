@@ -100,7 +100,7 @@ async fn a_shared_python_jobs_leftovers_end_with_its_time_limit() {
     let work = outside_dir();
     let sandbox = Arc::new(Sandbox { work_dir: work.path().to_owned(), ..sandbox().await.clone() });
     let warm = WarmConfig { per_owner: 1, max: 1, idle: Duration::from_secs(30) };
-    let runner = Runner::pooled(sandbox, PoolConfig { min: 0, max: 0, concurrency: 1, warm });
+    let runner = Runner::pooled(sandbox, PoolConfig { min: 0, max: 0, concurrency: 1, warm_up_runs: 0, warm });
     let code = r#"
 import js
 js.Function('''

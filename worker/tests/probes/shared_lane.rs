@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use runbox_common::{JobSpec, Status, Verdict};
-use runbox_worker::sandbox::{Limits, RunReport, Runner};
+use runbox_worker::sandbox::{Limits, PoolConfig, RunReport, Runner, WarmConfig};
 use tokio_util::sync::CancellationToken;
 
 use runbox_common::Language;
@@ -462,4 +462,38 @@ print("left a compile")
             assert!(cpu < 500, "the next job, which only slept, was charged {cpu} ms of CPU: {next:#?}");
         }
     }
+}
+
+/// The warm pool runs runbox's warm-up program in an unbound Python child
+/// before a token's first job takes it (`PoolConfig::warm_up_runs`): the
+/// program still runs as the worker expects, the job finds nothing of
+/// those runs, and its result says its child had run no job of its token,
+/// as the next job's says it had.
+#[tokio::test]
+async fn a_pool_child_warmed_up_gives_its_first_job_a_fresh_interpreter() {
+    let warm_up = include_str!("../../runtime/warm-up.py");
+    let checked = run(&runner().await, &expecting("warm-up-program", warm_up, "warm\n")).await;
+    assert_eq!(checked.outcome.verdict, Some(Verdict::Accepted), "{:#?}", checked.outcome);
+
+    let sandbox = std::sync::Arc::new(crate::util::sandbox().await.clone());
+    let config = PoolConfig {
+        min: 1,
+        max: 1,
+        concurrency: 1,
+        warm_up_runs: PoolConfig::WARM_UP_RUNS,
+        warm: WarmConfig::default(),
+    };
+    let runner = Runner::pooled(sandbox, config);
+    tokio::time::timeout(Duration::from_secs(120), runner.wait_warm_shared())
+        .await
+        .expect("the pool warmed up a shared child");
+    let looks = "import __main__\n\
+        print([n for n in ('primes', 'Point', 'fib', 'ps', 'heap', 'squares') if hasattr(__main__, n)])";
+    let first = run(&runner, &expecting("warmed", looks, "[]\n")).await;
+    assert_eq!(first.outcome.verdict, Some(Verdict::Accepted), "{:#?}", first.outcome);
+    assert_reused(&first, false);
+    assert!(first.boot.is_zero(), "the job waited {:?} for a child: {:#?}", first.boot, first.outcome);
+    let second = run(&runner, &expecting("warmed", looks, "[]\n")).await;
+    assert_eq!(second.outcome.verdict, Some(Verdict::Accepted), "{:#?}", second.outcome);
+    assert_reused(&second, true);
 }

@@ -76,7 +76,16 @@ fn session_takes(spec: &JobSpec) -> bool {
 pub async fn runner_with(limits: Limits, work_dir: &Path) -> Runner {
     let sandbox = Arc::new(Sandbox { limits, work_dir: work_dir.to_owned(), ..sandbox().await.clone() });
     if pooled() {
-        Runner::pooled(sandbox, PoolConfig { min: 0, max: 1, concurrency: 1, warm: WarmConfig::default() })
+        Runner::pooled(
+            sandbox,
+            PoolConfig {
+                min: 0,
+                max: 1,
+                concurrency: 1,
+                warm_up_runs: PoolConfig::WARM_UP_RUNS,
+                warm: WarmConfig::default(),
+            },
+        )
     } else {
         Runner::cold(sandbox)
     }
