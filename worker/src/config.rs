@@ -149,10 +149,23 @@ impl PoolConfig {
             min: env_or("RUNBOX_POOL_MIN", 1)?,
             max: env_or("RUNBOX_POOL_MAX", concurrency)?,
             concurrency,
-            warm_up_runs: env_or("RUNBOX_POOL_WARM_UP_RUNS", PoolConfig::WARM_UP_RUNS)?,
+            warm_up_runs: warm_up_runs()?,
             warm: WarmConfig::from_env(concurrency)?,
         })
     }
+}
+
+/// `RUNBOX_POOL_WARM_UP_RUNS`, within [`PoolConfig::MAX_WARM_UP_RUNS`].
+fn warm_up_runs() -> Result<u32, ConfigError> {
+    let runs = env_or("RUNBOX_POOL_WARM_UP_RUNS", PoolConfig::WARM_UP_RUNS)?;
+    if runs > PoolConfig::MAX_WARM_UP_RUNS {
+        return Err(ConfigError::Invalid {
+            name: "RUNBOX_POOL_WARM_UP_RUNS",
+            value: runs.to_string(),
+            reason: format!("must be at most {}", PoolConfig::MAX_WARM_UP_RUNS),
+        });
+    }
+    Ok(runs)
 }
 
 impl WarmConfig {

@@ -54,6 +54,7 @@ impl Worker {
     /// Runs the start job of session `task`: boots its child, from its
     /// checkpoint when asked. The outcome answers the start job.
     pub(crate) async fn open_session(&self, spec: &JobSpec, task: &SessionTask) -> (Outcome, Option<Opened>) {
+        let _slot = self.runner.hold_slot();
         let started = Instant::now();
         let SessionOp::Start { owner, checkpoint, idle_timeout_ms, expires_at_ms } = &task.op else {
             return (Outcome::internal_error("a session's step arrived outside its session"), None);
@@ -180,7 +181,9 @@ impl Worker {
         self.metrics.busy_slots.inc();
         let timeout = self.runner.sandbox().limits.timeout_for(spec);
         let live = Forwarder::start(self.config.live_output, &self.queue, &claimed.id, claimed.deliveries, timeout);
+        let slot = self.runner.hold_slot();
         let (mut outcome, alive) = s.child.exec(spec, self.runner.sandbox(), &cancel, live.live()).await;
+        drop(slot);
         self.metrics.observe_usage(spec.language, crate::metrics::Lane::Session, &outcome);
         live.finish().await;
         self.metrics.busy_slots.dec();

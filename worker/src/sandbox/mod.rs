@@ -51,7 +51,7 @@ pub use child::BootedChild;
 pub use command::MAX_FILE_BYTES;
 pub use isolation::{Isolation, NetworkIsolation};
 pub use live::Live;
-pub use pool::{PoolConfig, RunReport, Runner};
+pub use pool::{HeldSlot, PoolConfig, RunReport, Runner};
 pub use runtime::{DEFAULT_RUNTIME_DIR, Runtime, SNAPSHOT_FILE};
 pub use session::{BootedSession, Replayed, Restore, SessionChild, SessionError};
 pub use shared::{SharedLane, WarmConfig};

@@ -16,14 +16,16 @@
 //! it is the same as booting one for the job. It may have run the warm-up
 //! program, runbox's own, each run in a realm of its own as a job's is.
 //!
-//! The pool refills in the background, one boot at a time and only while
-//! a job slot is free, so warming never takes CPU from running jobs. With
-//! nothing to boot, and once the runner has run no job for
-//! [`WARM_UP_AFTER_IDLE`], it has its unbound shared children run the
-//! warm-up program, one run at a time ([`SharedChild::warm_up`]): a new
-//! child's first jobs cost two to three times a warm one's while V8
-//! compiles CPython's hot functions, and the runs pay that before a
-//! token's first job comes. Its
+//! The pool refills in the background, one boot at a time, each started
+//! only while a job slot is free, so warming takes little CPU from running
+//! jobs. With nothing to boot, and once the runner has run no job (nor
+//! session step) for [`WARM_UP_AFTER_IDLE`], it has its unbound shared
+//! children run the warm-up program, one run at a time, the warmest child
+//! first ([`SharedChild::warm_up`]): a new child's first jobs cost two to
+//! three times a warm one's while V8 compiles CPython's hot functions, and
+//! the runs pay that before a token's first job comes. A child out for a
+//! run is not waited for: a job that finds no other boots its own, as it
+//! would with no pool, since the run's compiles may take longer than a boot. Its
 //! size follows demand: per kind, the most jobs that took (or waited for) a
 //! child of that kind at once in the last minute, kept between the
 //! configured minimum and maximum (the minimum does not apply to
@@ -53,6 +55,11 @@ const DEMAND_WINDOW: Duration = Duration::from_secs(60);
 /// lane's next jobs, between which the runner is idle for a moment.
 const WARM_UP_AFTER_IDLE: Duration = Duration::from_millis(100);
 
+/// Warm-up runs that failed in a row before the pool stops warming: a
+/// program or child that fails every time would otherwise cost a boot and
+/// a run each second for as long as the worker is idle.
+const WARM_UP_FAILURES: u32 = 3;
+
 /// Pool bounds, per kind of child, and what the owners' warm children may hold.
 #[derive(Debug, Clone, Copy)]
 pub struct PoolConfig {
@@ -63,7 +70,8 @@ pub struct PoolConfig {
     /// Jobs that run at once; warming pauses while all are busy.
     pub concurrency: usize,
     /// Times an unbound shared Python child runs the warm-up program
-    /// before a job takes it, while the runner is idle; 0 runs none.
+    /// before a job takes it, while the runner is idle; 0 runs none, and
+    /// at most [`PoolConfig::MAX_WARM_UP_RUNS`].
     pub warm_up_runs: u32,
     /// Owners' idle children (see [`WarmConfig`]).
     pub warm: WarmConfig,
@@ -75,6 +83,8 @@ impl PoolConfig {
     /// threads; after this many warm-up runs, and the compiles they start,
     /// its next jobs cost what a warm child's do (docs/performance.md).
     pub const WARM_UP_RUNS: u32 = 10;
+    /// A child's warm-up runs count among the jobs it may run.
+    pub const MAX_WARM_UP_RUNS: u32 = 100;
 }
 
 /// The kinds of pooled child.
@@ -159,8 +169,12 @@ struct Pool {
 #[derive(Default)]
 struct State {
     idle: [VecDeque<Warm>; KINDS],
-    /// Children the refiller is booting, or warming, right now.
+    /// Children the refiller is booting right now.
     booting: [usize; KINDS],
+    /// Unbound shared children out for a warm-up run.
+    warming: usize,
+    /// Warm-up runs that failed since the last that did not.
+    warm_up_failures: u32,
     /// Jobs that took, or are waiting for, a child of each kind and are
     /// not done: the demand the pool's size follows.
     wanting: [usize; KINDS],
@@ -275,6 +289,13 @@ impl Runner {
         RunReport { outcome, boot }
     }
 
+    /// Counts work that holds a job slot outside [`Runner::run`] (a
+    /// session's opening or step) until the guard is dropped, so that
+    /// warming sees it as it sees a job.
+    pub fn hold_slot(&self) -> HeldSlot {
+        HeldSlot(self.pool.as_ref().map(|pool| pool.busy()))
+    }
+
     /// Asks for a warm single-use child of `language`'s kind and waits
     /// until one is ready. For tests and benchmarks that must exercise the
     /// warm path.
@@ -317,6 +338,9 @@ fn waited(since: Instant) -> Duration {
     if waited < Duration::from_millis(1) { Duration::ZERO } else { waited }
 }
 
+/// A job slot held outside [`Runner::run`] ([`Runner::hold_slot`]).
+pub struct HeldSlot(#[allow(dead_code, reason = "held for its drop")] Option<Counted>);
+
 /// Counts a job, of a kind or in all, for as long as it is held.
 struct Counted {
     pool: Arc<Pool>,
@@ -357,8 +381,8 @@ impl Pool {
 
     /// Counts a job's demand for `kind` (until the guard is dropped) and
     /// takes a live warm child of that kind: the warmest that is ready, or
-    /// else one that is already booting or warming (it is further along
-    /// than a new boot would be). None when neither exists.
+    /// else one that is already booting (it is further along than a new
+    /// boot would be). None when neither exists.
     async fn take(self: &Arc<Self>, kind: Kind) -> (Option<Warm>, Option<Counted>) {
         let k = kind as usize;
         {
@@ -413,7 +437,8 @@ impl Pool {
                 let demand = if recent { peak } else { 0 };
                 let min = if kind.kept_idle() { self.config.min } else { 0 };
                 let target = demand.clamp(min, self.config.max.max(min));
-                (kind, target.saturating_sub(state.idle[k].len() + state.booting[k]))
+                let warming = if kind == Kind::Shared { state.warming } else { 0 };
+                (kind, target.saturating_sub(state.idle[k].len() + state.booting[k] + warming))
             })
             .filter(|(_, short)| *short > 0)
             .max_by_key(|(_, short)| *short)
@@ -424,25 +449,50 @@ impl Pool {
         next
     }
 
-    /// Takes an unbound shared child that wants a warm-up run out of the
-    /// idle ones and counts it as booting (a job that wants one waits for
-    /// it), if the runner has run no job for [`WARM_UP_AFTER_IDLE`].
-    fn start_warm_up(&self) -> Option<SharedChild> {
+    /// Takes the warmest unbound shared child that wants another warm-up
+    /// run out of the idle ones, if the runner has run no job for
+    /// [`WARM_UP_AFTER_IDLE`]. Else how long until that may change, if it
+    /// may without a job's start or end.
+    fn start_warm_up(&self) -> Result<SharedChild, Option<Duration>> {
         let mut state = self.lock();
-        let idle = state.idle_since.map_or(state.busy == 0, |since| since.elapsed() >= WARM_UP_AFTER_IDLE);
-        if !idle {
-            return None;
+        let runs = self.config.warm_up_runs;
+        if state.busy > 0 || state.warm_up_failures >= WARM_UP_FAILURES {
+            return Err(None);
         }
-        let idle = &mut state.idle[Kind::Shared as usize];
-        let at = idle
-            .iter()
-            .position(|warm| matches!(warm, Warm::Shared(child) if child.wants_warm_up(self.config.warm_up_runs)))?;
-        let Some(Warm::Shared(child)) = idle.remove(at) else { return None };
-        state.booting[Kind::Shared as usize] += 1;
-        Some(child)
+        let idle = &state.idle[Kind::Shared as usize];
+        let wanting = |at: &usize| matches!(&idle[*at], Warm::Shared(child) if child.wants_warm_up(runs));
+        let Some(at) = (0..idle.len()).filter(wanting).max_by_key(|&at| idle[at].warm_ups()) else { return Err(None) };
+        let quiet_for = state.idle_since.map_or(WARM_UP_AFTER_IDLE, |since| since.elapsed());
+        if quiet_for < WARM_UP_AFTER_IDLE {
+            return Err(Some(WARM_UP_AFTER_IDLE - quiet_for));
+        }
+        let Some(Warm::Shared(child)) = state.idle[Kind::Shared as usize].remove(at) else { return Err(None) };
+        state.warming += 1;
+        Ok(child)
     }
 
-    /// A boot or warm-up of `kind` that gave no child has ended.
+    /// Ends a warm-up run: `child` back among the idle ones if it is fit
+    /// for a job, else retired.
+    fn warmed(&self, child: SharedChild, fit: bool) {
+        let mut state = self.lock();
+        state.warming = state.warming.saturating_sub(1);
+        if fit {
+            state.warm_up_failures = 0;
+            state.idle[Kind::Shared as usize].push_back(Warm::Shared(child));
+        } else {
+            state.warm_up_failures += 1;
+            if state.warm_up_failures >= WARM_UP_FAILURES {
+                tracing::error!(
+                    "{WARM_UP_FAILURES} warm-up runs in a row left their child unfit; the pool stops warming"
+                );
+            }
+            shared::retire(vec![child]);
+        }
+        drop(state);
+        self.changed.notify_waiters();
+    }
+
+    /// A boot of `kind` that gave no child has ended.
     fn gave_none(&self, kind: Kind) {
         let mut state = self.lock();
         state.booting[kind as usize] = state.booting[kind as usize].saturating_sub(1);
@@ -483,21 +533,26 @@ async fn refill(pool: Weak<Pool>) {
                     tokio::time::sleep(Duration::from_secs(1)).await;
                 }
             },
-            None if let Some(mut child) = strong.start_warm_up() => {
-                if child.warm_up(&strong.sandbox, strong.config.warm_up_runs).await {
-                    strong.put(Kind::Shared, Warm::Shared(child));
-                } else {
-                    strong.gave_none(Kind::Shared);
-                    shared::retire(vec![child]);
+            None => match strong.start_warm_up() {
+                Ok(mut child) => {
+                    let fit = child.warm_up(&strong.sandbox, strong.config.warm_up_runs).await;
+                    strong.warmed(child, fit);
+                    if !fit {
+                        tracing::warn!("a warm-up run left its child unfit; it is retired, and warming waits 1 s");
+                        drop(strong);
+                        tokio::time::sleep(Duration::from_secs(1)).await;
+                    }
                 }
-            }
-            None => {
-                // Wait for a job to start or end; the timeout bounds a
-                // notification missed between the check and here.
-                let changed = strong.changed.clone();
-                drop(strong);
-                let _ = tokio::time::timeout(Duration::from_millis(250), changed.notified()).await;
-            }
+                Err(due) => {
+                    // Wait for a job to start or end, or for the idle time
+                    // a warm-up run waits for; the timeout also bounds a
+                    // notification missed between the check and here.
+                    let wait = due.map_or(Duration::from_millis(250), |due| due.min(Duration::from_millis(250)));
+                    let changed = strong.changed.clone();
+                    drop(strong);
+                    let _ = tokio::time::timeout(wait, changed.notified()).await;
+                }
+            },
         }
     }
 }

@@ -348,8 +348,11 @@ pub(super) struct SharedChild {
     /// The owner whose jobs this child runs: none until its first job.
     lane: Option<String>,
     pub(super) kind: Kind,
-    /// Jobs it has run.
+    /// Jobs it has run, warm-up runs among them.
     jobs: u32,
+    /// Warm-up runs it has run, or would have but for a failed one (see
+    /// [`SharedChild::warm_up`]).
+    warm_ups: u32,
     /// After a Python job, whose result goes out before its realm is
     /// collected: whether the child has settled clean (see [`settle`]).
     retiring: Option<tokio::task::JoinHandle<bool>>,
@@ -475,6 +478,7 @@ impl SharedChild {
             lane: None,
             kind,
             jobs: 0,
+            warm_ups: 0,
             retiring: None,
             resident_at_boot,
             leftover_allowance,
@@ -493,10 +497,11 @@ impl SharedChild {
         debug_assert!(self.lane.is_none() && self.kind == Kind::Python, "only a pooled Python child warms up");
         let spec = JobSpec::new(Language::Python, WARM_UP);
         let (outcome, reusable) = self.run(&spec, sandbox, &CancellationToken::new(), &Live::default()).await;
+        self.warm_ups += 1;
         if (outcome.status, outcome.exit_code, outcome.stdout.as_str()) != (Status::Completed, Some(0), WARM_UP_PRINTS)
         {
-            tracing::warn!(status = %outcome.status, stderr = %outcome.stderr, "the warm-up program failed; warming stops");
-            self.jobs = self.jobs.max(runs);
+            tracing::warn!(status = %outcome.status, stderr = %outcome.stderr, "the warm-up program failed; this child's warming stops");
+            self.warm_ups = self.warm_ups.max(runs);
         }
         reusable && self.is_clean().await
     }
@@ -504,12 +509,12 @@ impl SharedChild {
     /// Whether this child wants another of `runs` warm-up runs: not once
     /// it has run them, nor once it has an owner.
     pub(super) fn wants_warm_up(&self, runs: u32) -> bool {
-        self.lane.is_none() && self.kind == Kind::Python && self.jobs < runs
+        self.lane.is_none() && self.kind == Kind::Python && self.warm_ups < runs
     }
 
     /// Warm-up runs done, for choosing the warmest of the pool's children.
     pub(super) fn warm_ups(&self) -> u32 {
-        if self.lane.is_none() { self.jobs } else { 0 }
+        if self.lane.is_none() { self.warm_ups } else { 0 }
     }
 
     /// False once the child has exited.
