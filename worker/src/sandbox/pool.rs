@@ -25,10 +25,12 @@
 //! three times a warm one's while V8 compiles CPython's hot functions, and
 //! the runs pay that before a token's first job comes. A child out for a
 //! run is not waited for: a job that finds no other boots its own, as it
-//! would with no pool, since the run's compiles may take longer than a boot. Its
-//! size follows demand: per kind, the most jobs that took (or waited for) a
-//! child of that kind at once in the last minute, kept between the
-//! configured minimum and maximum (the minimum does not apply to
+//! would with no pool, since the run's compiles may take longer than a
+//! boot.
+//!
+//! The pool's size follows demand: per kind, the most jobs that took (or
+//! waited for) a child of that kind at once in the last minute, kept
+//! between the configured minimum and maximum (the minimum does not apply to
 //! single-use Python children, which only opted-out jobs use). A Python job
 //! served by its owner's warm child takes nothing from here, so the pool
 //! grows with new owners, not with every job.

@@ -22,9 +22,9 @@
 //! waiting and clean ([`SharedLane::take`]); else a fresh one, for Python
 //! from the runner's pool of shared children that have run no job and
 //! belong to nobody yet (runbox's warm-up program aside), so an owner
-//! with no warm child waits no longer than a job in a fresh child would. After the job the child stays idle
-//! for its owner ([`SharedLane::put`]), within [`WarmConfig`]'s caps, for
-//! at most [`WarmConfig::idle`]. A job's outcome says whether its child
+//! with no warm child waits no longer than a job in a fresh child would.
+//! After the job the child stays idle for its owner ([`SharedLane::put`]),
+//! within [`WarmConfig`]'s caps, for at most [`WarmConfig::idle`]. A job's outcome says whether its child
 //! had already run one of the owner's jobs (`warm`).
 //!
 //! Unchanged from the default lane: the deny-all flags, and each job's
