@@ -24,8 +24,9 @@
 //! belong to nobody yet (runbox's warm-up program aside), so an owner
 //! with no warm child waits no longer than a job in a fresh child would.
 //! After the job the child stays idle for its owner ([`SharedLane::put`]),
-//! within [`WarmConfig`]'s caps, for at most [`WarmConfig::idle`]. A job's outcome says whether its child
-//! had already run one of the owner's jobs (`warm`).
+//! within [`WarmConfig`]'s caps, for at most [`WarmConfig::idle`]. A job's
+//! outcome says whether its child had already run one of the owner's jobs
+//! (`warm`).
 //!
 //! Unchanged from the default lane: the deny-all flags, and each job's
 //! timeout, memory cap and output caps. What differs:
@@ -500,7 +501,8 @@ impl SharedChild {
         self.warm_ups += 1;
         if (outcome.status, outcome.exit_code, outcome.stdout.as_str()) != (Status::Completed, Some(0), WARM_UP_PRINTS)
         {
-            tracing::warn!(status = %outcome.status, stderr = %outcome.stderr, "the warm-up program failed; this child's warming stops");
+            let (status, stderr) = (outcome.status, &outcome.stderr);
+            tracing::warn!(%status, %stderr, "the warm-up program failed; this child's warming stops");
             self.warm_ups = self.warm_ups.max(runs);
         }
         reusable && self.is_clean().await
