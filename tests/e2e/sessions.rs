@@ -114,6 +114,27 @@ async fn a_python_session_explores_data_then_checkpoints_and_forks() {
     assert_eq!(s.run(restored["id"].as_str().expect("id"), "print(rows[2]['value'])").await, "6\n");
 }
 
+/// A checkpoint holds the session's whole memory image, and the harness
+/// held it four times over while taking one (the instance's memory, its
+/// snapshot, the checkpoint built from that, and the copy the session's
+/// Worker posted to the harness's realm): a session holding 60 MB under a
+/// 256 MB cap went past the 736 MB at which its process is killed, and
+/// its checkpoint failed. The Worker now hands the checkpoint over without
+/// a copy (a peak near 600 MB).
+#[tokio::test]
+async fn a_session_holding_sixty_megabytes_checkpoints() {
+    let stack = Stack::start(&[("RUNBOX_MEMORY_MB", "256")]).await;
+    let s = alice(&stack.api);
+    let id = s.open(json!({ "language": "python" })).await;
+    let load = "data = bytes(range(256)) * (60 * 1024 * 1024 // 256)\nprint(len(data) >> 20)";
+    assert_eq!(s.run(&id, load).await, "60\n");
+    for _ in 0..2 {
+        let (status, checkpoint) = s.checkpoint(&id).await;
+        assert_eq!(status, 201, "{checkpoint}");
+    }
+    assert_eq!(s.run(&id, "print(data[257], len(data) >> 20)").await, "1 60\n");
+}
+
 #[tokio::test]
 async fn a_javascript_session_keeps_its_declarations_and_forks_by_replay() {
     let stack = Stack::start(&[]).await;
