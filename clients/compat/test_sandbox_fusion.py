@@ -52,7 +52,9 @@ def test_each_language_runs_with_stdin(mode, language, code):
     assert result.run_result.status == sf.CommandRunStatus.Finished
     assert result.run_result.return_code == 0
     assert result.run_result.stdout == "xobnur\n"
-    assert result.run_result.execution_time > 0
+    # runbox times a job in whole milliseconds, and a warm child runs this one
+    # in less (the timeout test below checks a time runbox measured).
+    assert result.run_result.execution_time is not None and result.run_result.execution_time >= 0
     assert result.executor_pod_name
     assert sf.summary_run_code_result(result, sf.SummaryMapping()) == sf.RunStatus.Success
 
