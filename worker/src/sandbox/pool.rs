@@ -142,6 +142,12 @@ impl Warm {
     }
 }
 
+/// Where in `idle` the warmest child that passes `eligible` waits, the
+/// one that waited longest among equals.
+fn warmest(idle: &VecDeque<Warm>, eligible: impl Fn(&Warm) -> bool) -> Option<usize> {
+    (0..idle.len()).filter(|&at| eligible(&idle[at])).max_by_key(|&at| (idle[at].warm_ups(), Reverse(at)))
+}
+
 /// What a run produced, and what it cost before the program started.
 #[derive(Debug)]
 pub struct RunReport {
@@ -405,9 +411,9 @@ impl Pool {
             changed.as_mut().enable();
             {
                 let mut state = self.lock();
-                let warmest =
-                    |idle: &VecDeque<Warm>| (0..idle.len()).max_by_key(|&at| (idle[at].warm_ups(), Reverse(at)));
-                while let Some(mut candidate) = warmest(&state.idle[k]).and_then(|at| state.idle[k].remove(at)) {
+                while let Some(mut candidate) =
+                    warmest(&state.idle[k], |_| true).and_then(|at| state.idle[k].remove(at))
+                {
                     if candidate.is_alive() {
                         return (Some(candidate), counted);
                     }
@@ -461,9 +467,8 @@ impl Pool {
         if state.busy > 0 || state.warm_up_failures >= WARM_UP_FAILURES {
             return Err(None);
         }
-        let idle = &state.idle[Kind::Shared as usize];
-        let wanting = |at: &usize| matches!(&idle[*at], Warm::Shared(child) if child.wants_warm_up(runs));
-        let Some(at) = (0..idle.len()).filter(wanting).max_by_key(|&at| idle[at].warm_ups()) else { return Err(None) };
+        let wants = |warm: &Warm| matches!(warm, Warm::Shared(child) if child.wants_warm_up(runs));
+        let Some(at) = warmest(&state.idle[Kind::Shared as usize], wants) else { return Err(None) };
         let quiet_for = state.idle_since.map_or(WARM_UP_AFTER_IDLE, |since| since.elapsed());
         if quiet_for < WARM_UP_AFTER_IDLE {
             return Err(Some(WARM_UP_AFTER_IDLE - quiet_for));
