@@ -199,11 +199,14 @@ export class Channel {
     return n > 0 ? this.#readExactly(n) : new Uint8Array(0);
   }
 
-  /** Sends `report`, then `bytes` raw if given (its length goes in the report). */
-  report(report, bytes) {
-    const line = bytes ? { ...report, bytes: bytes.length } : report;
+  /**
+   * Sends `report`, then the byte arrays `parts` raw, one after the other,
+   * if any are given (their total length goes in the report).
+   */
+  report(report, ...parts) {
+    const line = parts.length > 0 ? { ...report, bytes: parts.reduce((sum, part) => sum + part.length, 0) } : report;
     this.#write(encode(`${JSON.stringify(line)}\n`));
-    if (bytes) this.#write(bytes);
+    for (const part of parts) this.#write(part);
   }
 
   #readExactly(n) {

@@ -17,7 +17,8 @@
 // - `{op: "checkpoint"}`: the instance's memory and files.
 //
 // Each gets one reply: `{ok, message}` for init and open, `{status,
-// memoryError}` for run, `{bytes}` or `{message}` for checkpoint.
+// memoryError}` for run, `{parts}` (see `checkpoint`) or `{message}` for
+// checkpoint.
 const post = self.postMessage.bind(self);
 const stdoutWrite = Deno.stdout.writeSync.bind(Deno.stdout);
 const stderrWrite = Deno.stderr.writeSync.bind(Deno.stderr);
@@ -81,9 +82,10 @@ self.onmessage = async ({ data }) => {
   } catch (error) {
     reply = { ok: false, message: String(error?.message ?? error) };
   }
-  // A checkpoint's bytes, the whole memory image, move to the harness's
-  // realm instead of being copied: one copy fewer at the session's peak.
-  post(reply, reply.bytes instanceof Uint8Array ? [reply.bytes.buffer] : []);
+  // A checkpoint's parts, the memory image among them, move to the
+  // harness's realm instead of being copied: one copy fewer at the
+  // session's peak.
+  post(reply, Array.isArray(reply.parts) ? reply.parts.map((part) => part.buffer) : []);
 };
 
 async function handle(message) {
@@ -163,17 +165,26 @@ async function run(job) {
   return { status: result & 0xff, memoryError };
 }
 
-/** The session's checkpoint: MAGIC, the files as JSON (its length first, 4 bytes little-endian), the memory image. */
+/**
+ * The session's checkpoint: MAGIC, the files as JSON (its length first, 4
+ * bytes little-endian), the memory image. In two parts, sent one after the
+ * other, never joined: a joined copy of the image would be the third at
+ * the session's peak (the heap, its image, the copy), all of them counted
+ * against the process's memory limit.
+ */
 function checkpoint() {
   try {
     const memory = instance.pyodide.makeMemorySnapshot();
     const json = encoder.encode(JSON.stringify(readFiles(instance.pyodide.FS)));
-    const out = new Uint8Array(CHECKPOINT_MAGIC.length + 4 + json.length + memory.length);
-    out.set(CHECKPOINT_MAGIC, 0);
-    new DataView(out.buffer).setUint32(CHECKPOINT_MAGIC.length, json.length, true);
-    out.set(json, CHECKPOINT_MAGIC.length + 4);
-    out.set(memory, CHECKPOINT_MAGIC.length + 4 + json.length);
-    return { bytes: out };
+    // Spaces after the JSON (which its parse skips) end the head on a
+    // multiple of 8 bytes: the image then starts aligned, and a restore
+    // reads it where it lies (see `unpack`).
+    const length = Math.ceil((CHECKPOINT_MAGIC.length + 4 + json.length) / 8) * 8;
+    const head = new Uint8Array(length).fill(0x20);
+    head.set(CHECKPOINT_MAGIC, 0);
+    new DataView(head.buffer).setUint32(CHECKPOINT_MAGIC.length, length - CHECKPOINT_MAGIC.length - 4, true);
+    head.set(json, CHECKPOINT_MAGIC.length + 4);
+    return { parts: [head, memory] };
   } catch (error) {
     const message = String(error?.message ?? error);
     const why = /serialize/i.test(message)
@@ -191,8 +202,12 @@ function unpack(bytes) {
   const length = new DataView(bytes.buffer, bytes.byteOffset).getUint32(CHECKPOINT_MAGIC.length, true);
   const at = CHECKPOINT_MAGIC.length + 4;
   const files = JSON.parse(new TextDecoder().decode(bytes.subarray(at, at + length)));
-  // A copy: Pyodide reads the image through aligned typed arrays.
-  return { files, memory: bytes.slice(at + length) };
+  // Pyodide reads the image through aligned typed arrays: read where it
+  // lies when it starts aligned (checkpoints since their head was padded),
+  // copied otherwise. A copy would be one more of the image at the
+  // restore's peak, counted against the process's memory limit.
+  const start = bytes.byteOffset + at + length;
+  return { files, memory: start % 8 === 0 ? bytes.subarray(at + length) : bytes.slice(at + length) };
 }
 
 /** The regular files under the session's directories, base64. */
