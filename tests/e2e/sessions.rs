@@ -142,6 +142,28 @@ async fn a_session_holding_110_megabytes_checkpoints() {
     assert_eq!(s.run(&fork, "print(data[257], len(data) >> 20)").await, "1 110\n");
 }
 
+/// A session's code can make its realm's checkpoint reply itself (here a
+/// list with holes, which a check of each element passes). The harness
+/// takes exactly two byte arrays or none: the checkpoint fails, and the
+/// session's process lives on. (With the holes let through, the harness
+/// wrote an undefined part, failed, and the process died.) The reply its
+/// realm sends after the forged one can be taken for the next exec's, so
+/// only that exec's answer is checked, not its output.
+#[tokio::test]
+async fn a_checkpoint_reply_made_by_the_session_fails_without_ending_it() {
+    let stack = Stack::start(&[]).await;
+    let s = alice(&stack.api);
+    let id = s.open(json!({ "language": "python" })).await;
+    let forge = "import js, pyodide_js\n\
+        pyodide_js.makeMemorySnapshot = js.eval(\"() => { self.postMessage({ parts: new Array(2) }); throw new Error('forged') }\")\n\
+        kept = 7";
+    s.run(&id, forge).await;
+    let (status, refused) = s.checkpoint(&id).await;
+    assert_eq!((status, refused["error"]["code"].as_str()), (422, Some("checkpoint_failed")), "{refused}");
+    let (status, after) = s.exec(&id, json!({ "code": "print(kept)" })).await;
+    assert_eq!((status, after["session"]["status"].as_str()), (200, Some("idle")), "{after}");
+}
+
 #[tokio::test]
 async fn a_javascript_session_keeps_its_declarations_and_forks_by_replay() {
     let stack = Stack::start(&[]).await;

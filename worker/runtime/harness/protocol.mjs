@@ -204,9 +204,11 @@ export class Channel {
    * if any are given (their total length goes in the report).
    */
   report(report, ...parts) {
-    const line = parts.length > 0 ? { ...report, bytes: parts.reduce((sum, part) => sum + part.length, 0) } : report;
+    // Each part's length is read once: what goes out is what the report announced.
+    const sized = parts.map((part) => part.subarray(0, part.length));
+    const line = sized.length > 0 ? { ...report, bytes: sized.reduce((sum, part) => sum + part.length, 0) } : report;
     this.#write(encode(`${JSON.stringify(line)}\n`));
-    for (const part of parts) this.#write(part);
+    for (const part of sized) this.#write(part);
   }
 
   #readExactly(n) {

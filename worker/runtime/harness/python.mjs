@@ -161,6 +161,20 @@ function jobOf(frame) {
   };
 }
 
+/**
+ * A session's checkpoint as its realm sent it (python-job.mjs): exactly
+ * two byte arrays, the head and the memory image, or null. The reply is a
+ * structured clone, but the session's code could have made it: a hole, a
+ * third part, or a part over a SharedArrayBuffer (which the session could
+ * still grow while the harness writes it) gets no checkpoint.
+ */
+function checkpointParts(parts) {
+  if (!Array.isArray(parts) || parts.length !== 2) return null;
+  const [head, image] = [parts[0], parts[1]];
+  const own = (part) => part instanceof Uint8Array && !(part.buffer instanceof SharedArrayBuffer);
+  return own(head) && own(image) ? [head, image] : null;
+}
+
 /** A session exec's reply as plain values. */
 function resultOf(reply) {
   return {
@@ -359,10 +373,7 @@ async function serveSession() {
     const frame = channel.readFrame();
     if (frame.op === "checkpoint") {
       const reply = await realm.ask({ op: "checkpoint" });
-      // Plain data from the session's realm: two byte arrays, sent as they came.
-      const parts = Array.isArray(reply.parts) && reply.parts.every((part) => part instanceof Uint8Array)
-        ? reply.parts
-        : null;
+      const parts = checkpointParts(reply.parts);
       if (parts) channel.report({ kind: "checkpoint" }, ...parts);
       endOutput(frame.nonce);
       channel.report({ kind: "end", status: parts ? 0 : 1, error: parts ? undefined : String(reply.message) });
