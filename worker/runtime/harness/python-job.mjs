@@ -6,20 +6,34 @@
 // nothing of the harness is reachable from it. (A job's interpreter runs
 // in a bare realm instead: see python-realm.js.)
 //
-// Messages in, from the harness:
+// Requests, the Worker's messages from the harness, each with a number
+// `seq`:
 //
-// - `{op: "init", assets, scriptUrl, loaderUrl, runner, memoryMb, interrupt}`,
-//   first: loads Pyodide's scripts;
+// - `{op: "init", assets, scriptUrl, loaderUrl, runner, memoryMb, interrupt,
+//   port}`, first: loads Pyodide's scripts;
 // - `{op: "open", checkpoint, egress}`: builds the instance, restored from
 //   the checkpoint's bytes when given, with a `fetch` through the egress
 //   proxy when `egress` (egress-fetch.mjs's source and a port) is given;
 // - `{op: "run", job}`: runs one exec in the session's `__main__`;
 // - `{op: "checkpoint"}`: the instance's memory and files.
 //
-// Each gets one reply: `{ok, message}` for init and open, `{status,
-// memoryError}` for run, `{parts}` (see `checkpoint`) or `{message}` for
-// checkpoint.
-const post = self.postMessage.bind(self);
+// Each gets one reply, with its `seq`: `{ok, message}` for init and open,
+// `{status, memoryError}` for run, `{parts}` (see `checkpoint`) or
+// `{message}` for checkpoint.
+//
+// The replies go over `port`, which came with init, before any code of the
+// session's ran, and which only this module holds: it posts there and never
+// listens, so no event of this realm carries it. What the session's code
+// posts itself (`js.postMessage`, as code written for a browser's Worker
+// does) reaches the harness's Worker object, which drops it; and a request
+// the session makes up gets a reply the harness drops unless it bears the
+// number the harness waits for. So the session can shape the reply to its
+// own exec (its code runs in this realm), but never add one, nor put the
+// harness's requests and replies out of step.
+let replies = null;
+// Taken before the session's code runs, which could replace either.
+const send = MessagePort.prototype.postMessage;
+const apply = Reflect.apply;
 const stdoutWrite = Deno.stdout.writeSync.bind(Deno.stdout);
 const stderrWrite = Deno.stderr.writeSync.bind(Deno.stderr);
 const encoder = new TextEncoder();
@@ -76,6 +90,10 @@ let execs = 0;
 const memories = [];
 
 self.onmessage = async ({ data }) => {
+  if (data.op === "init") {
+    if (replies) return;
+    replies = data.port;
+  }
   let reply;
   try {
     reply = await handle(data);
@@ -84,8 +102,15 @@ self.onmessage = async ({ data }) => {
   }
   // A checkpoint's parts, the memory image among them, move to the
   // harness's realm instead of being copied: one copy fewer at the
-  // session's peak.
-  post(reply, Array.isArray(reply.parts) ? reply.parts.map((part) => part.buffer) : []);
+  // session's peak. (The session's code can make them anything: what
+  // cannot move is copied, what cannot be sent fails the request.)
+  const parts = Array.isArray(reply.parts) ? reply.parts : [];
+  const moved = parts.map((part) => part?.buffer).filter((buffer) => buffer instanceof ArrayBuffer);
+  try {
+    apply(send, replies, [{ ...reply, seq: data.seq }, moved]);
+  } catch (error) {
+    apply(send, replies, [{ ok: false, message: String(error?.message ?? error), seq: data.seq }, []]);
+  }
 };
 
 async function handle(message) {

@@ -108,7 +108,8 @@ async function sessionWorker(interrupt) {
   const urls = [moduleUrl(readHarnessFile("python-job.mjs")), moduleUrl(readHarnessFile("pyodide.mjs")), scriptFile];
   const [jobUrl, loaderUrl, scriptUrl] = urls;
   const worker = new Worker(jobUrl, { type: "module", name: "runbox-python" });
-  const realm = { worker, ask: asker(worker) };
+  const { port1: replies, port2: repliesPort } = new MessageChannel();
+  const realm = { worker, ask: asker(worker, replies) };
   const reply = await realm.ask({
     op: "init",
     assets,
@@ -117,34 +118,40 @@ async function sessionWorker(interrupt) {
     runner,
     memoryMb: Number(memoryMb),
     interrupt,
-  });
+    port: repliesPort,
+  }, [repliesPort]);
   for (const url of urls) if (url.startsWith("blob:")) URL.revokeObjectURL(url);
   if (reply.ok !== true) throw new Error(`the Python runtime did not boot: ${reply.message}`);
   return realm;
 }
 
 /**
- * Messages `worker` one at a time; each promise gets the next reply. The
- * replies come from the session's realm: they are structured clones, plain
- * data, read here as such.
+ * Messages `worker` one request at a time, each with a number of its own;
+ * each promise gets the reply on `replies` that bears its number, or the
+ * Worker's error. What the Worker posts itself is the session's code's,
+ * and dropped (see python-job.mjs). The replies come from the session's
+ * realm: they are structured clones, plain data, read here as such.
  */
-function asker(worker) {
+function asker(worker, replies) {
   let waiting = null;
-  worker.onmessage = ({ data }) => {
-    const settle = waiting;
+  let asked = 0;
+  const settle = (seq, data) => {
+    if (!waiting || waiting.seq !== seq) return;
+    const { resolve } = waiting;
     waiting = null;
-    settle?.(data ?? {});
+    resolve(data);
   };
+  replies.onmessage = ({ data }) => settle(data?.seq, data);
+  worker.onmessage = () => {};
   worker.onerror = (event) => {
     event.preventDefault();
-    const settle = waiting;
-    waiting = null;
-    settle?.({ ok: false, message: String(event.message) });
+    settle(waiting?.seq, { ok: false, message: String(event.message) });
   };
   return (message, transfer = []) =>
     new Promise((resolve) => {
-      waiting = resolve;
-      worker.postMessage(message, transfer);
+      asked += 1;
+      waiting = { seq: asked, resolve };
+      worker.postMessage({ ...message, seq: asked }, transfer);
     });
 }
 
