@@ -6,11 +6,11 @@
 // nothing of the harness is reachable from it. (A job's interpreter runs
 // in a bare realm instead: see python-realm.js.)
 //
-// Requests, the Worker's messages from the harness, each with a number
-// `seq`:
+// Requests, the Worker's messages from the harness, each with a `seq` of
+// its own (random):
 //
-// - `{op: "init", assets, scriptUrl, loaderUrl, runner, memoryMb, interrupt,
-//   port}`, first: loads Pyodide's scripts;
+// - `{op: "init", assets, scriptUrl, loaderUrl, runner, memoryMb, interrupt}`,
+//   first: loads Pyodide's scripts;
 // - `{op: "open", checkpoint, egress}`: builds the instance, restored from
 //   the checkpoint's bytes when given, with a `fetch` through the egress
 //   proxy when `egress` (egress-fetch.mjs's source and a port) is given;
@@ -19,21 +19,11 @@
 //
 // Each gets one reply, with its `seq`: `{ok, message}` for init and open,
 // `{status, memoryError}` for run, `{parts}` (see `checkpoint`) or
-// `{message}` for checkpoint.
-//
-// The replies go over `port`, which came with init, before any code of the
-// session's ran, and which only this module holds: it posts there and never
-// listens, so no event of this realm carries it. What the session's code
-// posts itself (`js.postMessage`, as code written for a browser's Worker
-// does) reaches the harness's Worker object, which drops it; and a request
-// the session makes up gets a reply the harness drops unless it bears the
-// number the harness waits for. So the session can shape the reply to its
-// own exec (its code runs in this realm), but never add one, nor put the
-// harness's requests and replies out of step.
-let replies = null;
-// Taken before the session's code runs, which could replace either.
-const send = MessagePort.prototype.postMessage;
-const apply = Reflect.apply;
+// `{message}` for checkpoint. The session's code runs in this realm and can
+// post what it likes; the harness takes only a reply that bears the `seq`
+// of the request it waits for, which nobody knows before the request
+// arrives (see `asker` in python.mjs).
+const post = self.postMessage.bind(self);
 const stdoutWrite = Deno.stdout.writeSync.bind(Deno.stdout);
 const stderrWrite = Deno.stderr.writeSync.bind(Deno.stderr);
 const encoder = new TextEncoder();
@@ -90,10 +80,6 @@ let execs = 0;
 const memories = [];
 
 self.onmessage = async ({ data }) => {
-  if (data.op === "init") {
-    if (replies) return;
-    replies = data.port;
-  }
   let reply;
   try {
     reply = await handle(data);
@@ -107,9 +93,9 @@ self.onmessage = async ({ data }) => {
   const parts = Array.isArray(reply.parts) ? reply.parts : [];
   const moved = parts.map((part) => part?.buffer).filter((buffer) => buffer instanceof ArrayBuffer);
   try {
-    apply(send, replies, [{ ...reply, seq: data.seq }, moved]);
+    post({ ...reply, seq: data.seq }, moved);
   } catch (error) {
-    apply(send, replies, [{ ok: false, message: String(error?.message ?? error), seq: data.seq }, []]);
+    post({ ok: false, message: String(error?.message ?? error), seq: data.seq });
   }
 };
 

@@ -108,8 +108,7 @@ async function sessionWorker(interrupt) {
   const urls = [moduleUrl(readHarnessFile("python-job.mjs")), moduleUrl(readHarnessFile("pyodide.mjs")), scriptFile];
   const [jobUrl, loaderUrl, scriptUrl] = urls;
   const worker = new Worker(jobUrl, { type: "module", name: "runbox-python" });
-  const { port1: replies, port2: repliesPort } = new MessageChannel();
-  const realm = { worker, ask: asker(worker, replies) };
+  const realm = { worker, ask: asker(worker) };
   const reply = await realm.ask({
     op: "init",
     assets,
@@ -118,40 +117,41 @@ async function sessionWorker(interrupt) {
     runner,
     memoryMb: Number(memoryMb),
     interrupt,
-    port: repliesPort,
-  }, [repliesPort]);
+  });
   for (const url of urls) if (url.startsWith("blob:")) URL.revokeObjectURL(url);
-  if (reply.ok !== true) throw new Error(`the Python runtime did not boot: ${reply.message}`);
+  if (reply.ok !== true) throw new Error(`the Python runtime did not boot: ${messageOf(reply)}`);
   return realm;
 }
 
 /**
- * Messages `worker` one request at a time, each with a number of its own;
- * each promise gets the reply on `replies` that bears its number, or the
- * Worker's error. What the Worker posts itself is the session's code's,
- * and dropped (see python-job.mjs). The replies come from the session's
- * realm: they are structured clones, plain data, read here as such.
+ * Messages `worker` one request at a time; each promise gets the Worker's
+ * reply to it, or the Worker's error. The session's code runs in the
+ * Worker and can post anything, whenever it likes: a reply is taken only
+ * if it bears the request's `seq`, 128 random bits that exist nowhere
+ * before the request is sent, so no message posted before it (a program's
+ * own `postMessage`, as code written for a browser's Worker calls it; a
+ * request the session made up and had answered) passes for its reply.
+ * Replies are structured clones, plain data, read here as such.
  */
-function asker(worker, replies) {
+function asker(worker) {
   let waiting = null;
-  let asked = 0;
-  const settle = (seq, data) => {
-    if (!waiting || waiting.seq !== seq) return;
+  worker.onmessage = ({ data }) => {
+    if (!waiting || data?.seq !== waiting.seq) return;
     const { resolve } = waiting;
     waiting = null;
     resolve(data);
   };
-  replies.onmessage = ({ data }) => settle(data?.seq, data);
-  worker.onmessage = () => {};
   worker.onerror = (event) => {
     event.preventDefault();
-    settle(waiting?.seq, { ok: false, message: String(event.message) });
+    const resolve = waiting?.resolve;
+    waiting = null;
+    resolve?.({ ok: false, message: String(event.message) });
   };
   return (message, transfer = []) =>
     new Promise((resolve) => {
-      asked += 1;
-      waiting = { seq: asked, resolve };
-      worker.postMessage({ ...message, seq: asked }, transfer);
+      const seq = [...crypto.getRandomValues(new Uint32Array(4))].map((n) => n.toString(16)).join("-");
+      waiting = { seq, resolve };
+      worker.postMessage({ ...message, seq }, transfer);
     });
 }
 
@@ -180,6 +180,15 @@ function checkpointParts(parts) {
   const [head, image] = [parts[0], parts[1]];
   const own = (part) => part instanceof Uint8Array && !(part.buffer instanceof SharedArrayBuffer);
   return own(head) && own(image) ? [head, image] : null;
+}
+
+/**
+ * The reason a reply gives, as much of it as the runner keeps (8 KiB):
+ * the session's code can make it any length, and a report line past the
+ * runner's cap ends the child.
+ */
+function messageOf(reply) {
+  return String(reply.message).slice(0, 8192);
 }
 
 /** A session exec's reply as plain values. */
@@ -372,7 +381,7 @@ async function serveSession() {
   );
   endOutput(open.nonce);
   if (opened.ok !== true) {
-    channel.report({ kind: "end", status: 1, error: `could not open the session: ${opened.message}` });
+    channel.report({ kind: "end", status: 1, error: `could not open the session: ${messageOf(opened)}` });
     return await new Promise(() => {});
   }
   channel.report({ kind: "end", status: 0 });
@@ -383,7 +392,7 @@ async function serveSession() {
       const parts = checkpointParts(reply.parts);
       if (parts) channel.report({ kind: "checkpoint" }, ...parts);
       endOutput(frame.nonce);
-      channel.report({ kind: "end", status: parts ? 0 : 1, error: parts ? undefined : String(reply.message) });
+      channel.report({ kind: "end", status: parts ? 0 : 1, error: parts ? undefined : messageOf(reply) });
       continue;
     }
     channel.report({ kind: "started" });
