@@ -150,7 +150,18 @@ function asker(worker) {
   return (message, transfer = []) =>
     new Promise((resolve) => {
       const seq = [...crypto.getRandomValues(new Uint32Array(4))].map((n) => n.toString(16)).join("-");
-      waiting = { seq, resolve };
+      // Until the reply comes, the process stays up: a Worker that closed
+      // itself never replies, and with nothing else pending Deno would
+      // exit as if the exec had ended. The runner ends it at the exec's
+      // limit instead, as an exec that cannot be interrupted.
+      const alive = setInterval(() => {}, 60_000);
+      waiting = {
+        seq,
+        resolve: (data) => {
+          clearInterval(alive);
+          resolve(data);
+        },
+      };
       worker.postMessage({ ...message, seq }, transfer);
     });
 }
