@@ -168,6 +168,13 @@ async fn a_checkpoint_reply_made_by_the_session_fails_without_ending_it() {
         let code = refused["error"]["code"].as_str();
         assert_eq!((status, code), (422, Some("checkpoint_failed")), "{snapshot}: {:.300}", refused.to_string());
     }
+    // The session's own reply to the checkpoint in hand, whose reason is
+    // no string.
+    let answer = "js.eval(\"const own = self.onmessage; self.onmessage = (event) => event.data.op === 'checkpoint' \
+        ? self.postMessage({ seq: event.data.seq, message: { toString: 0, valueOf: 0 } }) : own(event)\")";
+    s.run(&id, answer).await;
+    let (status, refused) = s.checkpoint(&id).await;
+    assert_eq!((status, refused["error"]["code"].as_str()), (422, Some("checkpoint_failed")), "{refused}");
     assert_eq!(s.run(&id, "print(kept)").await, "7\n");
 }
 
@@ -205,32 +212,33 @@ async fn a_request_a_session_makes_up_is_not_answered_in_its_place() {
 async fn a_session_whose_interpreter_ends_itself_is_lost_and_the_worker_serves_on() {
     let stack = Stack::start(&[]).await;
     let s = alice(&stack.api);
-    // The session's Worker closes, or dies of an error nobody catches: no
-    // reply comes, and the runner ends the session's process at the exec's
-    // limit.
-    for ends in ["self.close()", "setTimeout(() => { throw new Error('gone') })"] {
-        let id = s.open(json!({ "language": "python" })).await;
-        let code = format!("import js\njs.eval(\"{ends}\")");
-        let mut answers = Vec::new();
-        for _ in 0..3 {
-            let (status, result) = s.exec(&id, json!({ "code": code, "timeout_ms": 2000 })).await;
-            answers.push((
-                status,
-                result["status"].clone(),
-                result["session"]["status"].clone(),
-                result["error"]["code"].clone(),
-            ));
-            if status == 410 {
-                break;
-            }
-        }
-        let last = answers.last().expect("an answer");
-        assert_eq!((last.0, last.3.as_str()), (410, Some("session_lost")), "{ends}: {answers:?}");
-        assert!(answers[..answers.len() - 1].iter().all(|a| a.0 == 200), "{ends}: {answers:?}");
-        // Ended at its limit, as an exec that cannot be interrupted is.
-        let lost = &answers[answers.len() - 2];
-        assert_eq!((lost.1.as_str(), lost.2.as_str()), (Some("timeout"), Some("lost")), "{ends}: {answers:?}");
-    }
+    // The session's Worker closes: no reply comes, and the runner ends the
+    // session's process at the exec's limit, as an exec that cannot be
+    // interrupted.
+    let id = s.open(json!({ "language": "python" })).await;
+    let (status, closed) =
+        s.exec(&id, json!({ "code": "import js\njs.eval('self.close()')", "timeout_ms": 2000 })).await;
+    assert_eq!(
+        (status, closed["status"].as_str(), closed["session"]["status"].as_str()),
+        (200, Some("timeout"), Some("lost")),
+        "{closed}"
+    );
+    let (status, gone) = s.exec(&id, json!({ "code": "print(1)" })).await;
+    assert_eq!((status, gone["error"]["code"].as_str()), (410, Some("session_lost")), "{gone}");
+
+    // An error nobody catches ends the Worker after its exec was answered:
+    // the next exec finds the session's process ended, and does not run.
+    let id = s.open(json!({ "language": "python" })).await;
+    let throws = "import js\njs.eval(\"setTimeout(() => { throw new Error('gone') }, 100)\")";
+    assert_eq!(s.run(&id, throws).await, "");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let (status, died) = s.exec(&id, json!({ "code": "print('ran')", "timeout_ms": 2000 })).await;
+    assert_eq!((status, died["session"]["status"].as_str()), (200, Some("lost")), "{died}");
+    assert_eq!(died["stdout"], "", "{died}");
+    let stderr = died["stderr"].as_str().expect("stderr");
+    assert!(stderr.contains("the session's interpreter ended: Uncaught Error: gone"), "{died}");
+    assert_ne!(died["status"], "timeout", "{died}");
+
     let id = s.open(json!({ "language": "python" })).await;
     assert_eq!(s.run(&id, "print('served')").await, "served\n");
 }

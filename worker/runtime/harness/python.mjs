@@ -125,13 +125,13 @@ async function sessionWorker(interrupt) {
 
 /**
  * Messages `worker` one request at a time; each promise gets the Worker's
- * reply to it, or the Worker's error. The session's code runs in the
- * Worker and can post anything, whenever it likes: a reply is taken only
- * if it bears the request's `seq`, 128 random bits that exist nowhere
- * before the request is sent, so no message posted before it (a program's
- * own `postMessage`, as code written for a browser's Worker calls it; a
- * request the session made up and had answered) passes for its reply.
- * Replies are structured clones, plain data, read here as such.
+ * reply to it. The session's code runs in the Worker and can post
+ * anything, whenever it likes: a reply is taken only if it bears the
+ * request's `seq`, 128 random bits that exist nowhere before the request
+ * is sent, so no message posted before it (a program's own `postMessage`,
+ * as code written for a browser's Worker calls it; a request the session
+ * made up and had answered) passes for its reply. Replies are structured
+ * clones, plain data, read here as such.
  */
 function asker(worker) {
   let waiting = null;
@@ -141,11 +141,15 @@ function asker(worker) {
     waiting = null;
     resolve(data);
   };
+  // An error nobody caught ends the Worker, and when relative to the
+  // request in hand cannot be told (the session can throw one after its
+  // exec was answered, and it is seen only once the next request is
+  // sent): the session's process ends here, as if it had died, and takes
+  // no reply from it.
   worker.onerror = (event) => {
     event.preventDefault();
-    const resolve = waiting?.resolve;
-    waiting = null;
-    resolve?.({ ok: false, message: String(event.message) });
+    writeError(`\nrunbox: the session's interpreter ended: ${String(event.message).slice(0, 8192)}\n`);
+    exit(1);
   };
   return (message, transfer = []) =>
     new Promise((resolve) => {
@@ -194,12 +198,12 @@ function checkpointParts(parts) {
 }
 
 /**
- * The reason a reply gives, as much of it as the runner keeps (8 KiB):
- * the session's code can make it any length, and a report line past the
- * runner's cap ends the child.
+ * The reason a reply gives, its first 8,192 characters (the runner keeps
+ * 8 KiB): the session's code can make it anything, and a report line past
+ * the runner's cap ends the child.
  */
 function messageOf(reply) {
-  return String(reply.message).slice(0, 8192);
+  return typeof reply.message === "string" ? reply.message.slice(0, 8192) : "no reason given";
 }
 
 /** A session exec's reply as plain values. */
