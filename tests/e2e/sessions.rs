@@ -142,13 +142,12 @@ async fn a_session_holding_110_megabytes_checkpoints() {
     assert_eq!(s.run(&fork, "print(data[257], len(data) >> 20)").await, "1 110\n");
 }
 
-/// A session's code can make its realm's checkpoint reply itself (here a
-/// list with holes, which a check of each element passes). The harness
-/// takes exactly two byte arrays or none: the checkpoint fails, and the
-/// session's process lives on. (With the holes let through, the harness
-/// wrote an undefined part, failed, and the process died.) The reply its
-/// realm sends after the forged one can be taken for the next exec's, so
-/// only that exec's answer is checked, not its output.
+/// A session's code can make what its realm's checkpoint reply holds. The
+/// harness takes exactly two plain byte arrays, and a reason only as a
+/// string of at most 8,192 characters: otherwise the checkpoint fails, and
+/// the session's process lives on with its state. (With a missing image
+/// let through, the harness wrote an undefined part, failed, and the
+/// process died; a 2 MB reason made a report line past the runner's cap.)
 #[tokio::test]
 async fn a_checkpoint_reply_made_by_the_session_fails_without_ending_it() {
     let stack = Stack::start(&[]).await;
