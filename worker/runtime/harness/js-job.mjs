@@ -20,6 +20,7 @@ try {
   // As above.
 }
 const post = self.postMessage.bind(self);
+const PortPair = MessageChannel;
 // Bound now: a program that patches these breaks its own output only.
 const encode = TextEncoder.prototype.encode.bind(new TextEncoder());
 const stderrWrite = Deno.stderr.writeSync.bind(Deno.stderr);
@@ -91,39 +92,66 @@ define(Deno, "exit", (code = 0) => {
   throw new Exit();
 });
 
+// The program's timers are counted: it ends once they have all run. Deno
+// defines the four functions as accessors that load its timers on first
+// use, about 2 ms of CPU in every Worker, so they are wrapped the same way:
+// a program that never reads them does not pay for them, and sees what a
+// program in a child of its own sees (an accessor, which assigning turns
+// into a plain property).
 const timers = new Set();
 let idle = null;
 const settle = () => {
   if (timers.size === 0 && idle) idle();
 };
-const { setTimeout, setInterval, clearTimeout, clearInterval } = globalThis;
-globalThis.setTimeout = function (callback, delay, ...args) {
-  const id = setTimeout(() => {
-    timers.delete(id);
-    try {
-      if (typeof callback === "function") callback(...args);
-    } finally {
+const TIMERS = ["setTimeout", "setInterval", "clearTimeout", "clearInterval"];
+const denoTimers = TIMERS.map((name) => Object.getOwnPropertyDescriptor(globalThis, name));
+let counted = null;
+function countedTimers() {
+  if (counted) return counted;
+  const [setTimeout, setInterval, clearTimeout, clearInterval] = denoTimers.map((own) =>
+    own?.get ? own.get.call(globalThis) : own?.value
+  );
+  counted = {
+    setTimeout(callback, delay, ...args) {
+      const id = setTimeout(() => {
+        timers.delete(id);
+        try {
+          if (typeof callback === "function") callback(...args);
+        } finally {
+          settle();
+        }
+      }, delay);
+      timers.add(id);
+      return id;
+    },
+    setInterval(callback, delay, ...args) {
+      const id = setInterval(callback, delay, ...args);
+      timers.add(id);
+      return id;
+    },
+    clearTimeout(id) {
+      timers.delete(id);
+      clearTimeout(id);
       settle();
-    }
-  }, delay);
-  timers.add(id);
-  return id;
-};
-globalThis.setInterval = function (callback, delay, ...args) {
-  const id = setInterval(callback, delay, ...args);
-  timers.add(id);
-  return id;
-};
-globalThis.clearTimeout = (id) => {
-  timers.delete(id);
-  clearTimeout(id);
-  settle();
-};
-globalThis.clearInterval = (id) => {
-  timers.delete(id);
-  clearInterval(id);
-  settle();
-};
+    },
+    clearInterval(id) {
+      timers.delete(id);
+      clearInterval(id);
+      settle();
+    },
+  };
+  return counted;
+}
+for (const name of TIMERS) {
+  Object.defineProperty(globalThis, name, {
+    get: () => countedTimers()[name],
+    set(value) {
+      Object.defineProperty(globalThis, name, { value, writable: true, enumerable: true, configurable: true });
+    },
+    enumerable: true,
+    configurable: true,
+  });
+}
 // A job whose token has egress rules: a `fetch` through the proxy (see
 // egress-fetch.mjs), which keeps the job going until it has its answer.
 if (job.egress) {
@@ -159,7 +187,25 @@ try {
 // Until the program's timers have all run, and what they queued has too.
 for (;;) {
   if (timers.size > 0) await new Promise((resolve) => (idle = resolve));
-  await new Promise((resolve) => setTimeout(resolve, 0));
+  await nextTurn();
   if (timers.size === 0) break;
 }
 end(0);
+
+/**
+ * Resolves at a later turn of the event loop, once everything queued for
+ * now (resolved promises, and their rejections reported) has run: by a
+ * message through a channel of its own, since a timer would load Deno's
+ * timers in a Worker whose program never did.
+ */
+function nextTurn() {
+  const { port1, port2 } = new PortPair();
+  return new Promise((resolve) => {
+    port2.onmessage = () => {
+      port1.close();
+      port2.close();
+      resolve();
+    };
+    port1.postMessage(null);
+  });
+}

@@ -299,8 +299,26 @@ async fn js_jobs_get_fresh_globals_and_their_own_ending() {
     let pid = first.outcome.stdout.trim();
     assert_eq!(next.outcome.stdout, format!("undefined 2 {pid}\n"), "one child, fresh globals: {next:#?}");
 
-    let cases: [(Language, &str, Option<i32>, &str, &str); 5] = [
+    // The harness counts a job's timers through the globals (loading them
+    // only for a program that reads one), however the program reaches them.
+    let cases: [(Language, &str, Option<i32>, &str, &str); 9] = [
         (Js, "setTimeout(() => console.log('later'), 50); console.log('now')", Some(0), "now\nlater\n", ""),
+        (Js, "const { setTimeout: later } = globalThis; later(() => console.log('later'), 30)", Some(0), "later\n", ""),
+        (
+            Js,
+            "let n = 0; const id = setInterval(() => { console.log(++n); if (n === 3) clearInterval(id) }, 5)",
+            Some(0),
+            "1\n2\n3\n",
+            "",
+        ),
+        (Js, "globalThis.setTimeout = (f) => f(); setTimeout(() => console.log('its own'))", Some(0), "its own\n", ""),
+        (
+            Js,
+            "Promise.resolve().then(() => Promise.resolve()).then(() => queueMicrotask(() => console.log('queued')))",
+            Some(0),
+            "queued\n",
+            "",
+        ),
         (Js, "console.log(Deno.args.length); Deno.exit(3); console.log('not reached')", Some(3), "0\n", ""),
         (Js, "throw new Error('boom')", Some(1), "", "Uncaught Error: boom"),
         (Js, "Promise.reject(new Error('later'))", Some(1), "", "Uncaught Error: later"),
