@@ -249,10 +249,11 @@ impl Program {
 /// warm child's next interpreter much less; a fresh child transpiling
 /// TypeScript cost about three times what a Worker of a warm child does
 /// (MBTSP, one request per program). JavaScript runs in a fresh child
-/// unless the client asks (`true`): a fresh JS child costs about 40 ms of
-/// CPU, so the lane saved a tenth (MBJSP the same way), and a Worker ends
-/// one way differently (a top-level `await` that never settles runs to the
-/// timeout). Jobs with stdin or files stay in a fresh child whatever is
+/// unless the client asks (`true`): the lane saves about a third there
+/// (MBJSP the same way), but a program ends two ways differently in a
+/// Worker (a top-level `await` that never settles runs to the timeout, and
+/// work started and not awaited, timers aside, is not waited for; see
+/// docs/api.md). Jobs with stdin or files stay in a fresh child whatever is
 /// asked (see the worker's `SharedLane::takes`). A session's steps never
 /// take a lane.
 pub fn lane(spec: &JobSpec, asked: Option<bool>, owner: &str) -> Option<String> {
