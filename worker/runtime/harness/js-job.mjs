@@ -21,7 +21,6 @@ try {
 }
 const post = self.postMessage.bind(self);
 const apply = Reflect.apply;
-const PortPair = MessageChannel;
 const waitAsync = Atomics.waitAsync;
 const never = new Int32Array(new SharedArrayBuffer(4));
 // Bound now: a program that patches these breaks its own output only.
@@ -111,14 +110,18 @@ const denoTimers = TIMERS.map((name) => Object.getOwnPropertyDescriptor(globalTh
 let counted = null;
 function countedTimers() {
   if (counted) return counted;
-  // Indexed, and Deno's getters applied with what was taken at load: the
-  // program may have changed Array.prototype or Function.prototype by now.
-  const deno = [];
+  // Indexed, with no iterator, and Deno's getters applied with what was
+  // taken at load: the program may have changed Array.prototype or
+  // Function.prototype by now.
+  const raw = [];
   for (let i = 0; i < denoTimers.length; i++) {
     const own = denoTimers[i];
-    deno[i] = own?.get ? apply(own.get, globalThis, []) : own?.value;
+    raw[i] = own?.get ? apply(own.get, globalThis, []) : own?.value;
   }
-  const [setTimeout, setInterval, clearTimeout, clearInterval] = [deno[0], deno[1], deno[2], deno[3]];
+  const setTimeout = raw[0];
+  const setInterval = raw[1];
+  const clearTimeout = raw[2];
+  const clearInterval = raw[3];
   counted = {
     setTimeout(callback, delay, ...args) {
       const id = setTimeout(() => {
@@ -201,25 +204,17 @@ for (;;) {
 end(0);
 
 /**
- * Resolves at a later turn of the event loop, once the promises resolved
- * by now have run (and their rejections been reported), and about a
- * millisecond later: the wait a timer of no delay gave (Deno fires one
- * after at least 1 ms), without loading Deno's timers in a Worker whose
- * program never did. Work the program started and did not wait for (a
+ * Resolves about a millisecond later, at a later turn of the event loop,
+ * once the promises resolved by now have run and their rejections been
+ * reported: the wait a timer of no delay gave (Deno fires one after at
+ * least 1 ms), without loading Deno's timers in a Worker whose program
+ * never did. Work the program started and did not wait for (a
  * `crypto.subtle` call, a wasm compile), timers aside, is not waited for
- * (docs/api.md); this millisecond gives it the time it had before. A
- * message through a channel of its own makes the turn; the wait for a
- * value that never changes, the millisecond.
+ * (docs/api.md); this millisecond gives it the time it had before. V8
+ * itself ends the wait, for a value that never changes, so nothing the
+ * program can patch takes part (a message through a channel did not end
+ * once the program had replaced Function.prototype.call).
  */
-async function nextTurn() {
-  const { port1, port2 } = new PortPair();
-  await new Promise((resolve) => {
-    port2.onmessage = () => {
-      port1.close();
-      port2.close();
-      resolve();
-    };
-    port1.postMessage(null);
-  });
-  await waitAsync(never, 0, 0, 1).value;
+function nextTurn() {
+  return waitAsync(never, 0, 0, 1).value;
 }
