@@ -113,15 +113,11 @@ function countedTimers() {
   // Indexed, with no iterator, and Deno's getters applied with what was
   // taken at load: the program may have changed Array.prototype or
   // Function.prototype by now.
-  const raw = [];
-  for (let i = 0; i < denoTimers.length; i++) {
-    const own = denoTimers[i];
-    raw[i] = own?.get ? apply(own.get, globalThis, []) : own?.value;
-  }
-  const setTimeout = raw[0];
-  const setInterval = raw[1];
-  const clearTimeout = raw[2];
-  const clearInterval = raw[3];
+  const deno = (i) => (denoTimers[i]?.get ? apply(denoTimers[i].get, globalThis, []) : denoTimers[i]?.value);
+  const setTimeout = deno(0);
+  const setInterval = deno(1);
+  const clearTimeout = deno(2);
+  const clearInterval = deno(3);
   counted = {
     setTimeout(callback, delay, ...args) {
       const id = setTimeout(() => {
