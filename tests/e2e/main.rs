@@ -16,6 +16,7 @@ mod egress;
 mod events;
 mod fairness;
 mod faults;
+mod job_made;
 mod longpoll;
 mod mcp;
 mod openapi;

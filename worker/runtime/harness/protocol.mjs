@@ -24,9 +24,8 @@
 //    at least half its cap (see `child.rs`). A JS program shares the realm
 //    of its harness, so it could make the claim itself; it gains nothing.
 // 4. A job with `return_files` (Python only) gets, on stdout after the
-//    program's last output, FILES_MARKER + nonce + "\n" and one line of
-//    JSON, `{"files": [{path, content (base64), size, truncated}],
-//    "truncated": bool}`.
+//    program's last output, FILES_MARKER + nonce + "\n" and a returned-files
+//    section (`filesSection`).
 //
 // A shared-lane or session child runs many jobs, and its frames never touch
 // stdin, stdout or stderr, which the job's code can reach. They travel on
@@ -43,6 +42,12 @@
 // can tell one job's output from the next, and then the job's report on
 // the results FIFO.
 //
+// Whatever a job makes crosses as raw bytes with its length, never as JSON
+// text, which cannot carry every value (a name with a lone surrogate, say):
+// a returned file's name and content, the reason a session's code gave for
+// a failure. A report's line holds only what the harness makes. A value
+// too long for its cap is cut on bytes.
+//
 // The code arrives over a pipe, never as a file, so a child needs no read
 // access to anything of the user's once it is booted.
 
@@ -51,6 +56,8 @@ const END_MARKER = "\u0006runbox-end:";
 const FILES_MARKER = "\u0006runbox-files:";
 const MEMORY_MARKER = "\u0006runbox-out-of-memory:";
 const MAX_FRAME = 64 * 1024 * 1024;
+// The most of a failure's reason sent (the runner's MAX_REASON_BYTES).
+const MAX_REASON_BYTES = 8192;
 
 const apply = Reflect.apply;
 const stdinRead = Deno.stdin.readSync.bind(Deno.stdin);
@@ -116,9 +123,40 @@ export function endOutput(nonce) {
   writeAll(2, encode(`${END_MARKER}${nonce}\n`));
 }
 
-/** Sends the files a job asked back; see the header. */
+/** Sends the files a job asked back (see `filesSection`) on stdout. */
 export function sendFiles(nonce, files) {
-  writeAll(1, encode(`${FILES_MARKER}${nonce}\n${JSON.stringify(files)}\n`));
+  writeAll(1, encode(`${FILES_MARKER}${nonce}\n`));
+  writeAll(1, filesSection(files));
+}
+
+/**
+ * The returned-files section for `{files: [{name, content, size,
+ * truncated}], truncated}`, where each `name` and `content` are bytes: a
+ * line of JSON with each file's lengths and flags, then each file's name
+ * and content, raw (the runner's reader is worker/src/sandbox/returned.rs).
+ */
+export function filesSection({ files, truncated }) {
+  const head = files.map(({ name, content, size, truncated }) => ({
+    path: name.length,
+    content: content.length,
+    size,
+    truncated,
+  }));
+  const parts = [encode(`${JSON.stringify({ files: head, truncated })}\n`)];
+  for (const { name, content } of files) parts.push(name, content);
+  const section = new Uint8Array(parts.reduce((sum, part) => sum + part.length, 0));
+  let at = 0;
+  for (const part of parts) {
+    section.set(part, at);
+    at += part.length;
+  }
+  return section;
+}
+
+/** `text` as UTF-8 (a lone surrogate becomes U+FFFD), its first `max` bytes at most. */
+export function utf8(text, max = Infinity) {
+  const bytes = encode(text);
+  return bytes.length > max ? bytes.subarray(0, max) : bytes;
 }
 
 /** Standard base64 of `bytes`. */
@@ -201,9 +239,15 @@ export class Channel {
 
   /**
    * Sends `report`, then the byte arrays `parts` raw, one after the other,
-   * if any are given (their total length goes in the report).
+   * if any are given (their total length goes in the report). A report's
+   * `error`, a failure's reason, which a job may have made, goes as bytes
+   * too, its first MAX_REASON_BYTES (see the header).
    */
   report(report, ...parts) {
+    if (typeof report.error === "string") {
+      const { error, ...rest } = report;
+      return this.report({ ...rest, failed: true }, utf8(error, MAX_REASON_BYTES));
+    }
     // Each part's length is read once: what goes out is what the report announced.
     const sized = parts.map((part) => part.subarray(0, part.length));
     const line = sized.length > 0 ? { ...report, bytes: sized.reduce((sum, part) => sum + part.length, 0) } : report;

@@ -46,9 +46,11 @@ import {
   dropPersistentStorage,
   endOutput,
   exit,
+  filesSection,
   moduleUrl,
   readHarnessFile,
   sendFiles,
+  utf8,
   watchRealm,
   writeError,
 } from "./protocol.mjs";
@@ -198,12 +200,11 @@ function checkpointParts(parts) {
 }
 
 /**
- * The reason a reply gives, its first 8,192 characters (the runner keeps
- * 8 KiB): the session's code can make it anything, and a report line past
- * the runner's cap ends the child.
+ * The reason a reply gives: the session's code can make it anything, so
+ * the channel sends it as bytes, cut to the runner's cap (see protocol.mjs).
  */
 function messageOf(reply) {
-  return typeof reply.message === "string" ? reply.message.slice(0, 8192) : "no reason given";
+  return typeof reply.message === "string" ? reply.message : "no reason given";
 }
 
 /** A session exec's reply as plain values. */
@@ -221,26 +222,41 @@ function newRealm(assets, previous = null) {
 
 /**
  * The files a job's realm says it wrote, rebuilt field by field from
- * what it sent, and within what the frame allowed: the runner takes
- * nothing else on the channel, and a section longer than the runner's
- * cap would end the child, so one that does not fit is sent empty.
+ * what it sent (JSON it made, any value at all), within what the frame
+ * allowed, as `filesSection` takes them: names and contents as bytes. A
+ * file that is not what the realm's harness sends (a name past 255 bytes,
+ * content that is not base64), or past the frame's count or bytes, is
+ * left out, and the section says so.
  */
 function filesOf(sent, { max_files: maxFiles, max_bytes: maxBytes }) {
   const files = [];
   let truncated = sent?.truncated === true || !Array.isArray(sent?.files);
+  let budget = maxBytes;
   for (const file of Array.isArray(sent?.files) ? sent.files : []) {
     const { path, content, size } = file ?? {};
-    const valid = typeof path === "string" && path.length <= 256 && typeof content === "string" &&
-      Number.isSafeInteger(size) && size >= 0;
-    if (!valid || files.length === maxFiles) {
+    const name = typeof path === "string" ? utf8(path) : null;
+    const bytes = typeof content === "string" ? fromBase64(content) : null;
+    const valid = name !== null && name.length <= 255 && bytes !== null && Number.isSafeInteger(size) && size >= 0;
+    if (!valid || files.length === maxFiles || bytes.length > budget) {
       truncated = true;
       continue;
     }
-    files.push({ path, content, size, truncated: file.truncated === true });
+    budget -= bytes.length;
+    files.push({ name, content: bytes, size, truncated: file.truncated === true });
   }
-  const kept = files.reduce((sum, file) => sum + file.content.length, 0);
-  if (kept > Math.ceil(maxBytes / 3) * 4) return { files: [], truncated: true };
   return { files, truncated };
+}
+
+/** The bytes standard base64 `text` holds, or null if it is not base64. */
+function fromBase64(text) {
+  try {
+    const binary = atob(text);
+    const bytes = new Uint8Array(binary.length);
+    for (let i = 0; i < binary.length; i++) bytes[i] = binary.charCodeAt(i);
+    return bytes;
+  } catch {
+    return null;
+  }
 }
 
 // Not awaited at the top level: a module still evaluating when the event
@@ -298,10 +314,7 @@ async function serveShared() {
       return await new Promise(() => {});
     }
     realm.retire();
-    if (frame.return_files) {
-      const { files: kept, truncated } = filesOf(files, frame.return_files);
-      channel.report({ kind: "files", files: kept, truncated });
-    }
+    if (frame.return_files) channel.report({ kind: "files" }, filesSection(filesOf(files, frame.return_files)));
     endOutput(frame.nonce);
     // The job's result goes out now; its realm is collected after, while
     // the runner waits for `retired` before it sends this child another

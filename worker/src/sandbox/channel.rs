@@ -8,6 +8,13 @@
 //! - `results`, harness → runner: [`Report`]s, one line of JSON each,
 //!   followed by `bytes` raw bytes when the report says so.
 //!
+//! The line holds only what the harness makes: its kind, numbers and
+//! flags. Whatever a job makes (a returned file's name and bytes, the
+//! reason a session's code gave for a failure, a checkpoint) crosses as
+//! the raw bytes after it, which can carry any value: JSON text cannot (a
+//! lone surrogate, say), and a reader that refused a job's value would
+//! turn the job's doing into runbox's failure.
+//!
 //! A child is untrusted, its harness included: [`read_report`] checks
 //! every length against its cap before it allocates anything, and a report
 //! it cannot parse ends the child, never the worker.
@@ -19,10 +26,14 @@ use serde::Deserialize;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::unix::pipe;
 
-use super::output::FILES_SECTION_LIMIT;
+use super::returned::{FILES_SECTION_LIMIT, returned_files};
 
-/// The longest report line accepted: the largest honest one is a files section.
-pub const MAX_REPORT_LINE: usize = FILES_SECTION_LIMIT + 4096;
+/// The longest report line accepted: a kind, numbers and flags.
+pub const MAX_REPORT_LINE: usize = 4096;
+
+/// The most of a failure's reason a harness sends, in bytes
+/// (`MAX_REASON_BYTES` in protocol.mjs), cut on bytes.
+pub const MAX_REASON_BYTES: usize = 8192;
 
 /// Where a child's FIFOs are, inside its private directory.
 #[derive(Debug, Clone)]
@@ -77,7 +88,8 @@ impl Channel {
     }
 }
 
-/// What a harness reports on the results FIFO.
+/// What a harness reports on the results FIFO, with the bytes that
+/// followed its line read into it.
 #[derive(Debug, Deserialize, PartialEq)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Report {
@@ -89,10 +101,17 @@ pub enum Report {
     /// The program has ended: the job's CPU time runs to here. Until its
     /// `end` the harness runs no code of the job's.
     Ran,
-    /// The files a job asked back, before its `end`.
-    Files { files: Vec<OutputFile>, truncated: bool },
-    /// A session's checkpoint: `bytes` raw bytes follow.
-    Checkpoint { bytes: u64 },
+    /// The files a job asked back, before its `end`: a returned-files
+    /// section follows (see `returned.rs`).
+    Files {
+        #[serde(skip)]
+        files: Vec<OutputFile>,
+        #[serde(skip)]
+        truncated: bool,
+    },
+    /// A session's checkpoint: its bytes follow, and are returned beside
+    /// the report.
+    Checkpoint,
     /// A job, an open or a checkpoint has ended; its output on stdout and
     /// stderr has ended before this, at the end markers.
     End {
@@ -108,8 +127,12 @@ pub enum Report {
         /// runner checks against the process's memory.
         #[serde(default)]
         memory: bool,
-        /// Why an open or a checkpoint failed.
+        /// An open or a checkpoint failed: its reason follows, as bytes.
         #[serde(default)]
+        failed: bool,
+        /// Why an open or a checkpoint failed: the bytes that followed,
+        /// as text (what is not UTF-8 is replaced).
+        #[serde(skip)]
         error: Option<String>,
         /// What the harness measured of the job's own memory, where it can
         /// (see `runtime/harness/python.mjs`); the runner takes the larger
@@ -122,6 +145,50 @@ pub enum Report {
     /// `collected` in `runtime/harness/python.mjs`). The child takes no
     /// job before it.
     Retired { clean: bool },
+}
+
+impl Report {
+    /// The most bytes this kind of report may announce; `checkpoint` is
+    /// the cap on a checkpoint's.
+    pub(super) fn max_bytes(&self, checkpoint: usize) -> usize {
+        match self {
+            Report::Files { .. } => FILES_SECTION_LIMIT,
+            Report::Checkpoint => checkpoint,
+            Report::End { failed: true, .. } => MAX_REASON_BYTES,
+            _ => 0,
+        }
+    }
+
+    /// Takes in the bytes that followed the line: whatever of them this
+    /// report carries in itself; the rest (a checkpoint) goes back.
+    pub(super) fn with_bytes(mut self, bytes: Vec<u8>) -> (Report, Vec<u8>) {
+        match &mut self {
+            Report::Files { files, truncated } => {
+                (*files, *truncated) = returned_files(&bytes);
+                (self, Vec::new())
+            }
+            Report::End { failed: true, error, .. } => {
+                *error = Some(String::from_utf8_lossy(&bytes).into_owned());
+                (self, Vec::new())
+            }
+            _ => (self, bytes),
+        }
+    }
+}
+
+/// A report's line: the report, and how many raw bytes follow it.
+#[derive(Deserialize)]
+struct Line {
+    #[serde(flatten)]
+    report: Report,
+    #[serde(default)]
+    bytes: u64,
+}
+
+/// Parses a report's line: the report, and how many raw bytes it announces.
+pub(super) fn parse_line(line: &[u8]) -> Result<(Report, u64), ChannelError> {
+    let Line { report, bytes } = serde_json::from_slice(line).map_err(|e| ChannelError::Malformed(e.to_string()))?;
+    Ok((report, bytes))
 }
 
 /// Why a report could not be read: each one ends the child.
@@ -140,8 +207,9 @@ pub enum ChannelError {
 }
 
 /// Reads one report from `reader`: a line of at most [`MAX_REPORT_LINE`]
-/// bytes, parsed, and then the raw bytes it announces, which must be at
-/// most `max_bytes`; memory grows only as bytes arrive.
+/// bytes, parsed, and then the raw bytes it announces, which must be
+/// within its kind's cap (`max_bytes` for a checkpoint); memory grows only
+/// as bytes arrive. Returns a checkpoint's bytes beside it.
 pub async fn read_report(
     reader: &mut (impl tokio::io::AsyncBufRead + Unpin),
     max_bytes: usize,
@@ -155,13 +223,10 @@ pub async fn read_report(
     if line.last() != Some(&b'\n') {
         return Err(if line.len() > MAX_REPORT_LINE { ChannelError::TooLong } else { ChannelError::Closed });
     }
-    let report: Report = serde_json::from_slice(&line).map_err(|e| ChannelError::Malformed(e.to_string()))?;
-    let announced = match &report {
-        Report::Checkpoint { bytes } => *bytes,
-        _ => 0,
-    };
-    if announced > u64::try_from(max_bytes).unwrap_or(u64::MAX) {
-        return Err(ChannelError::TooManyBytes(announced, max_bytes));
+    let (report, announced) = parse_line(&line)?;
+    let cap = report.max_bytes(max_bytes);
+    if announced > u64::try_from(cap).unwrap_or(u64::MAX) {
+        return Err(ChannelError::TooManyBytes(announced, cap));
     }
     let mut bytes = Vec::new();
     if announced > 0 {
@@ -170,7 +235,7 @@ pub async fn read_report(
             return Err(ChannelError::Closed);
         }
     }
-    Ok((report, bytes))
+    Ok(report.with_bytes(bytes))
 }
 
 #[cfg(test)]
@@ -187,12 +252,32 @@ mod tests {
         let retired = read(b"{\"kind\":\"retired\",\"clean\":true}\n", 0).await.expect("retired").0;
         assert_eq!(retired, Report::Retired { clean: true });
         let (report, bytes) = read(b"{\"kind\":\"checkpoint\",\"bytes\":3}\nabcrest", 10).await.expect("checkpoint");
-        assert_eq!((report, bytes.as_slice()), (Report::Checkpoint { bytes: 3 }, &b"abc"[..]));
+        assert_eq!((report, bytes.as_slice()), (Report::Checkpoint, &b"abc"[..]));
         let (report, _) = read(b"{\"kind\":\"end\",\"status\":3,\"memory\":true}\n", 0).await.expect("end");
-        assert_eq!(
-            report,
-            Report::End { status: 3, clean: false, interrupted: false, memory: true, error: None, memory_bytes: None }
-        );
+        let end = |failed, error| Report::End {
+            status: 3,
+            clean: false,
+            interrupted: false,
+            memory: true,
+            failed,
+            error,
+            memory_bytes: None,
+        };
+        assert_eq!(report, end(false, None));
+        // A reason cut through a character, and bytes that are not UTF-8: both cross.
+        let reason = b"{\"kind\":\"end\",\"status\":3,\"memory\":true,\"failed\":true,\"bytes\":5}\nab\xf0\x9f\xff";
+        let (report, bytes) = read(reason, 0).await.expect("a failure's reason");
+        assert_eq!((report, bytes), (end(true, Some("ab\u{fffd}\u{fffd}".to_owned())), Vec::new()));
+    }
+
+    #[tokio::test]
+    async fn a_files_section_of_job_made_names_is_read_not_refused() {
+        let section = super::super::returned::encode(&[(b"\xed\xa0\x80", b"x"), (b"out.txt", b"y")], false);
+        let mut input = format!("{{\"kind\":\"files\",\"bytes\":{}}}\n", section.len()).into_bytes();
+        input.extend_from_slice(&section);
+        let (report, _) = read(&input, 0).await.expect("files");
+        let Report::Files { files, truncated } = report else { panic!("{report:?}") };
+        assert_eq!((files.len(), truncated), (2, false));
     }
 
     #[tokio::test]
@@ -202,6 +287,11 @@ mod tests {
         assert!(matches!(read(header, 1 << 30).await, Err(ChannelError::TooManyBytes(1_000_000_000_000_000, _))));
         let header = b"{\"kind\":\"checkpoint\",\"bytes\":5}\nab";
         assert!(matches!(read(header, 10).await, Err(ChannelError::Closed)));
+        // Only a failure carries a reason, and only so many bytes of it.
+        let header = b"{\"kind\":\"end\",\"status\":0,\"bytes\":1}\nx";
+        assert!(matches!(read(header, 10).await, Err(ChannelError::TooManyBytes(1, 0))));
+        let header = b"{\"kind\":\"end\",\"status\":1,\"failed\":true,\"bytes\":8193}\n";
+        assert!(matches!(read(header, 1 << 20).await, Err(ChannelError::TooManyBytes(8193, MAX_REASON_BYTES))));
     }
 
     #[tokio::test]

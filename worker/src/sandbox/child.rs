@@ -24,7 +24,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::command::{ChildMode, FILES_DIR, deno_command};
 use super::live::Live;
-use super::output::{Captured, capture_into, capture_with_files, returned_files};
+use super::output::{Captured, capture_into, capture_with_files};
+use super::returned::returned_files;
 use super::{Sandbox, SandboxError};
 use crate::egress::Link;
 

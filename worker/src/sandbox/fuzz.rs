@@ -5,7 +5,10 @@
 //!
 //! Each target feeds arbitrary bytes, and near-valid ones built to sit on
 //! the edges (lengths one off, announced byte counts of 10^15, markers cut
-//! anywhere, lines one byte either side of their cap), through the reader
+//! anywhere, lines one byte either side of their cap), and the content a
+//! job makes (names with lone surrogates as the harness encodes them,
+//! invalid UTF-8, control characters, over-long names, reasons cut through
+//! a character), through the reader
 //! in reads of random sizes that sometimes stall or fail, and checks what
 //! comes out against a plain reference model: never a panic, never more
 //! kept than the cap, and the same answer whatever the reads.
@@ -31,9 +34,10 @@ use proptest::test_runner::{Config, RngAlgorithm, RngSeed, TestCaseError, TestRu
 use runbox_common::{Compare, InputFile, MAX_RETURN_FILES, OutputFile};
 use tokio::io::{AsyncRead, BufReader, ReadBuf};
 
-use super::channel::{ChannelError, MAX_REPORT_LINE, Report, read_report};
+use super::channel::{ChannelError, MAX_REASON_BYTES, MAX_REPORT_LINE, Report, parse_line, read_report};
 use super::child::FILES_MARKER;
-use super::output::{Captured, FILES_SECTION_LIMIT, capture, capture_after, capture_with_files, returned_files};
+use super::output::{Captured, capture, capture_after, capture_with_files};
+use super::returned::{FILES_SECTION_LIMIT, returned_files};
 use super::shared::END_MARKER;
 
 /// `TAIL_BYTES` of output.rs (private there): how much of a stream's end
@@ -510,40 +514,85 @@ fn path() -> impl Strategy<Value = String> {
     prop_oneof![8 => good, 1 => bad, 1 => Just("a".repeat(256))]
 }
 
-fn output_file() -> impl Strategy<Value = OutputFile> {
-    let content = vec(select(&b"ABCxyz019+/="[..]), 0..64).prop_map(|b| String::from_utf8_lossy(&b).into_owned());
-    (path(), content, any::<u64>(), any::<bool>()).prop_map(|(path, content, size, truncated)| OutputFile {
-        path,
-        content,
-        size,
-        truncated,
-    })
+/// A returned file's name as a job can make it, in the bytes the harness
+/// sends: a plain path, or a name with a lone surrogate (which the
+/// harness's UTF-8 encoder turns into U+FFFD), bytes that are not UTF-8,
+/// control characters, or one past the longest name.
+fn job_name() -> impl Strategy<Value = Vec<u8>> {
+    const ODD: &[&[u8]] = &[b"\xef\xbf\xbd", b"\xed\xa0\x80", b"\xff\xfe", b"a\x01b", b"\x1b[31m", b"\t", b"a/\xc3"];
+    prop_oneof![
+        6 => path().prop_map(String::into_bytes),
+        2 => select(ODD).prop_map(<[u8]>::to_vec),
+        1 => vec(any::<u8>(), 1..12),
+        1 => Just(vec![b'a'; 256]),
+    ]
+}
+
+/// One returned file as the harness sends it: its name and the bytes kept.
+fn job_file() -> impl Strategy<Value = (Vec<u8>, Vec<u8>)> {
+    (job_name(), vec(any::<u8>(), 0..64))
+}
+
+/// What [`returned_files`] makes of `files`, written whole by the harness:
+/// each file whose name reads as a path runbox returns, and the flag, set
+/// as well when one was left out.
+fn expected_files(files: &[(Vec<u8>, Vec<u8>)], truncated: bool) -> (Vec<OutputFile>, bool) {
+    use base64::Engine;
+    let mut kept = Vec::new();
+    let mut left_out = false;
+    for (name, content) in files {
+        let path = String::from_utf8_lossy(name).into_owned();
+        if InputFile::check_path(&path).is_ok() {
+            let content = base64::engine::general_purpose::STANDARD.encode(content);
+            kept.push(OutputFile { path, content, size: content_len(files, name), truncated: false });
+        } else {
+            left_out = true;
+        }
+    }
+    (kept, truncated || left_out)
+}
+
+fn content_len(files: &[(Vec<u8>, Vec<u8>)], name: &[u8]) -> u64 {
+    files.iter().find(|(n, _)| n == name).map_or(0, |(_, c)| c.len() as u64)
+}
+
+/// `files` with each name once, as a file system has them.
+fn unique(files: Vec<(Vec<u8>, Vec<u8>)>) -> Vec<(Vec<u8>, Vec<u8>)> {
+    let mut seen = std::collections::HashSet::new();
+    files.into_iter().filter(|(name, _)| seen.insert(name.clone())).collect()
+}
+
+fn encode_section(files: &[(Vec<u8>, Vec<u8>)], truncated: bool) -> Vec<u8> {
+    let pairs: Vec<(&[u8], &[u8])> = files.iter().map(|(n, c)| (n.as_slice(), c.as_slice())).collect();
+    super::returned::encode(&pairs, truncated)
 }
 
 /// A returned-files section, and what [`returned_files`] should make of it
 /// when it arrives whole.
 fn section() -> impl Strategy<Value = (Vec<u8>, Option<(Vec<OutputFile>, bool)>)> {
-    let files = prop_oneof![8 => vec(output_file(), 0..6), 1 => vec(output_file(), MAX_RETURN_FILES + 1)];
-    let written = (files, any::<bool>(), 0..4usize).prop_map(|(files, truncated, padding)| {
-        let ok = files.len() <= MAX_RETURN_FILES && files.iter().all(|f| InputFile::check_path(&f.path).is_ok());
-        let json = serde_json::json!({ "files": files, "truncated": truncated });
-        let mut bytes = serde_json::to_vec(&json).expect("json");
-        bytes.extend_from_slice(&b"\n \n\t\r"[..padding]);
-        (bytes, Some(if ok { (files, truncated) } else { (Vec::new(), true) }))
+    let files = prop_oneof![8 => vec(job_file(), 0..6), 1 => vec(job_file(), MAX_RETURN_FILES + 1)].prop_map(unique);
+    let written = (files, any::<bool>()).prop_map(|(files, truncated)| {
+        let bytes = encode_section(&files, truncated);
+        let expected =
+            if files.len() <= MAX_RETURN_FILES { expected_files(&files, truncated) } else { (Vec::new(), true) };
+        (bytes, Some(expected))
     });
-    // One byte either side of the most a section may be.
+    // One byte either side of the most a section may be: one file's content fills it.
     let edge = (-1i64..=1).prop_map(|d| {
-        let json = br#"{"files":[],"truncated":false}"#;
-        let len = (FILES_SECTION_LIMIT as i64 + d) as usize;
-        let mut bytes = vec![b' '; len - json.len()];
-        bytes.extend_from_slice(json);
-        (bytes, Some((Vec::new(), false)))
+        let target = (FILES_SECTION_LIMIT as i64 + d) as usize;
+        // The head names the content's length: sized once, then by what is left over.
+        let mut fill = target - encode_section(&[(b"a".to_vec(), Vec::new())], false).len();
+        fill -= encode_section(&[(b"a".to_vec(), vec![b'x'; fill])], false).len() - target;
+        let files = [(b"a".to_vec(), vec![b'x'; fill])];
+        let bytes = encode_section(&files, false);
+        assert_eq!(bytes.len(), target);
+        let expected = if bytes.len() <= FILES_SECTION_LIMIT { Some(expected_files(&files, false)) } else { None };
+        (bytes, expected)
     });
     prop_oneof![
         12 => written,
-        3 => (vec(output_file(), 0..4), mutation()).prop_map(|(files, mutation)| {
-            let json = serde_json::json!({ "files": files, "truncated": false });
-            (mutation.apply(serde_json::to_vec(&json).expect("json")), None)
+        3 => (vec(job_file(), 0..4), mutation()).prop_map(|(files, mutation)| {
+            (mutation.apply(encode_section(&unique(files), false)), None)
         }),
         3 => vec(any::<u8>(), 0..64).prop_map(|b| (b, None)),
         1 => edge,
@@ -649,9 +698,9 @@ impl From<ChannelError> for Read {
 }
 
 /// The reports in `input`, read one after another up to the first failure:
-/// a line of at most [`MAX_REPORT_LINE`] bytes, then the raw bytes a
-/// checkpoint announces, if `max_bytes` allows them. `fails`: an error, not
-/// EOF, follows the input.
+/// a line of at most [`MAX_REPORT_LINE`] bytes, then the raw bytes it
+/// announces, if its kind's cap allows them (`max_bytes` for a
+/// checkpoint). `fails`: an error, not EOF, follows the input.
 fn reference_reports(input: &[u8], fails: bool, max_bytes: usize) -> Vec<Read> {
     let short = if fails { Read::Io } else { Read::Closed };
     let mut reads = Vec::new();
@@ -664,15 +713,11 @@ fn reference_reports(input: &[u8], fails: bool, max_bytes: usize) -> Vec<Read> {
         };
         let line = &window[..=newline];
         at += line.len();
-        let Ok(report) = serde_json::from_slice::<Report>(line) else {
+        let Ok((report, announced)) = parse_line(line) else {
             reads.push(Read::Malformed);
             return reads;
         };
-        let announced = match report {
-            Report::Checkpoint { bytes } => bytes,
-            _ => 0,
-        };
-        if announced > max_bytes as u64 {
+        if announced > report.max_bytes(max_bytes) as u64 {
             reads.push(Read::TooManyBytes(announced));
             return reads;
         }
@@ -682,6 +727,7 @@ fn reference_reports(input: &[u8], fails: bool, max_bytes: usize) -> Vec<Read> {
         }
         let bytes = input[at..at + announced as usize].to_vec();
         at += bytes.len();
+        let (report, bytes) = report.with_bytes(bytes);
         reads.push(Read::Report(report, Bytes(bytes)));
     }
 }
@@ -690,25 +736,37 @@ fn reference_reports(input: &[u8], fails: bool, max_bytes: usize) -> Vec<Read> {
 /// checkpoints whose bytes are one off what they announce or announce far
 /// too many, fields of the wrong type, lines at their cap.
 fn report_piece() -> impl Strategy<Value = Vec<u8>> {
-    let end = (
-        0u32..300,
-        any::<[Option<bool>; 3]>(),
-        prop::option::of(vec(any::<char>(), 0..12).prop_map(String::from_iter)),
-    )
-        .prop_map(|(status, flags, error)| {
+    // A failure's reason is the job's: any bytes, cut anywhere (through a
+    // character, say), up to one past the cap.
+    let reason = prop_oneof![
+        4 => vec(any::<u8>(), 0..24),
+        2 => vec(any::<char>(), 0..12).prop_map(|c| String::from_iter(c).into_bytes()),
+        1 => (MAX_REASON_BYTES - 1..=MAX_REASON_BYTES + 1).prop_map(|n| {
+            let mut reason = vec![b'a'; n.saturating_sub(2)];
+            reason.extend_from_slice("\u{1f600}".as_bytes());
+            reason.truncate(n);
+            reason
+        }),
+    ];
+    let end = (0u32..300, any::<[Option<bool>; 3]>(), prop::option::of(reason), -1i64..=1).prop_map(
+        |(status, flags, reason, off)| {
             let mut end = serde_json::json!({ "kind": "end", "status": status });
             for (name, flag) in ["clean", "interrupted", "memory"].into_iter().zip(flags) {
                 if let Some(flag) = flag {
                     end[name] = flag.into();
                 }
             }
-            if let Some(error) = error {
-                end["error"] = error.into();
+            let reason = reason.unwrap_or_default();
+            if !reason.is_empty() || off != 0 {
+                end["failed"] = true.into();
+                end["bytes"] = (reason.len() as i64 + off).max(0).into();
             }
             let mut line = serde_json::to_vec(&end).expect("json");
             line.push(b'\n');
+            line.extend_from_slice(&reason);
             line
-        });
+        },
+    );
     let announced = prop_oneof![
         8 => 0u64..64,
         1 => Just(1_000_000_000_000_000),
@@ -722,12 +780,11 @@ fn report_piece() -> impl Strategy<Value = Vec<u8>> {
         bytes.extend((0..payload).map(|i| if i % 7 == 3 { b'\n' } else { b'c' }));
         bytes
     });
-    let files = (vec(output_file(), 0..3), any::<bool>()).prop_map(|(files, truncated)| {
-        let mut line =
-            serde_json::to_vec(&serde_json::json!({ "kind": "files", "files": files, "truncated": truncated }))
-                .expect("json");
-        line.push(b'\n');
-        line
+    let files = (section(), -1i64..=1).prop_map(|((section, _), off)| {
+        let announced = (section.len() as i64 + off).max(0);
+        let mut bytes = format!("{{\"kind\":\"files\",\"bytes\":{announced}}}\n").into_bytes();
+        bytes.extend_from_slice(&section);
+        bytes
     });
     const ODD: &[&str] = &[
         "{\"kind\":\"nope\"}\n",
@@ -744,6 +801,10 @@ fn report_piece() -> impl Strategy<Value = Vec<u8>> {
         "{\"kind\":\"end\",\"status\":256}\n",
         "{\"kind\":\"end\",\"status\":-1}\n",
         "{\"kind\":\"end\",\"status\":0,\"memory\":1}\n",
+        "{\"kind\":\"end\",\"status\":0,\"error\":\"\\ud800\"}\n",
+        "{\"kind\":\"end\",\"status\":1,\"bytes\":1}\nx",
+        "{\"kind\":\"files\",\"bytes\":0}\n",
+        "{\"kind\":\"ready\",\"bytes\":2}\nab",
         "{\"kind\":\"ready\"}{\"kind\":\"ready\"}\n",
         "{\"kind\":\"ready\"",
     ];
@@ -842,7 +903,7 @@ fn a_marker_split_anywhere_or_after_a_part_of_itself_is_found() {
             let rest = rest.expect("the marker");
             assert!(b"next".starts_with(&rest), "part {part}, split at {first}: {rest:?}");
 
-            let files = [b"out", &marker[..part], &marker, br#"{"files":[],"truncated":false}"#].concat();
+            let files = [b"out", &marker[..part], &marker, b"{\"files\":[],\"truncated\":false}\n"].concat();
             let (got, section) = runtime.block_on(capture_with_files(
                 reads.over(&files),
                 Captured::default(),
@@ -864,7 +925,7 @@ fn a_report_split_anywhere_reads_alike() {
             let reads = split_at(first);
             let mut reader = BufReader::with_capacity(buffer, reads.over(stream));
             let (report, bytes) = runtime.block_on(read_report(&mut reader, 3)).expect("a checkpoint");
-            assert_eq!((report, bytes), (Report::Checkpoint { bytes: 3 }, b"a\nc".to_vec()), "split at {first}");
+            assert_eq!((report, bytes), (Report::Checkpoint, b"a\nc".to_vec()), "split at {first}");
             let (report, _) = runtime.block_on(read_report(&mut reader, 3)).expect("ready");
             assert_eq!(report, Report::Ready);
             assert!(matches!(runtime.block_on(read_report(&mut reader, 3)), Err(ChannelError::Closed)));

@@ -35,6 +35,7 @@ mod markers;
 mod output;
 mod pool;
 mod probe;
+mod returned;
 mod runtime;
 mod session;
 mod shared;

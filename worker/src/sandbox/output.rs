@@ -1,9 +1,8 @@
-use runbox_common::{
-    Compare, InputFile, MAX_RETURN_FILES, MAX_RETURN_FILES_BYTES, OutputDigest, OutputFile, OutputStream,
-};
+use runbox_common::{Compare, OutputDigest, OutputStream};
 use tokio::io::{AsyncRead, AsyncReadExt};
 
 use super::live::Live;
+use super::returned::FILES_SECTION_LIMIT;
 
 /// Bytes kept of the end of each stream, past the cap: where the harness's
 /// out-of-memory marker and V8's fatal error message are.
@@ -184,10 +183,6 @@ fn marker_start_at_end(pending: &[u8], marker: &[u8]) -> usize {
     (1..=longest).rev().find(|&n| pending.ends_with(&marker[..n])).unwrap_or(0)
 }
 
-/// Largest returned-files section a harness can honestly write: the kept
-/// bytes in base64, plus each file's path and fields.
-pub const FILES_SECTION_LIMIT: usize = MAX_RETURN_FILES_BYTES / 3 * 4 + 4 + MAX_RETURN_FILES * 512 + 64;
-
 /// Reads a single-use child's stdout: the program's output, capped, and,
 /// when `marker` is given, the returned-files section after it (see
 /// `runtime/harness/protocol.mjs`), read to the end.
@@ -205,25 +200,6 @@ pub async fn capture_with_files(
     bytes.append(&mut section.bytes);
     let whole = !section.truncated && bytes.len() <= FILES_SECTION_LIMIT;
     (captured, Some(if whole { bytes } else { Vec::new() }))
-}
-
-/// The files a returned-files section holds, and whether any were cut or
-/// left out. A section that is not what the harness writes (too large,
-/// malformed, or naming a bad path) yields no files, flagged as truncated.
-pub fn returned_files(section: &[u8]) -> (Vec<OutputFile>, bool) {
-    #[derive(serde::Deserialize)]
-    struct Section {
-        files: Vec<OutputFile>,
-        truncated: bool,
-    }
-    match serde_json::from_slice::<Section>(section) {
-        Ok(Section { files, truncated })
-            if files.len() <= MAX_RETURN_FILES && files.iter().all(|f| InputFile::check_path(&f.path).is_ok()) =>
-        {
-            (files, truncated)
-        }
-        _ => (Vec::new(), true),
-    }
 }
 
 #[cfg(test)]

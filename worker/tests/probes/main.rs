@@ -12,6 +12,7 @@ mod harness;
 mod host;
 mod imports;
 mod integrity;
+mod job_made;
 mod measures;
 mod network;
 mod packages;
