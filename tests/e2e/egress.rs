@@ -401,6 +401,41 @@ async fn requests_at_once_and_oversized_ones_keep_the_link() {
     }
 }
 
+/// Issue 43, rows 5 and 6: a job that ends while large answers are still
+/// being written into its child leaves the link in step, so the next job of
+/// the same warm child gets its own answers. Each job awaits its first
+/// download, so the others are mid-write when it ends.
+#[tokio::test]
+async fn a_job_ending_mid_answer_leaves_the_link_clean_for_the_next() {
+    let caps = [("RUNBOX_EGRESS_MAX_BYTES", "100000000"), ("RUNBOX_EGRESS_MAX_CONNECTIONS", "8")];
+    let s = EgressStack::start(&caps).await;
+    let (big, echo) = (s.up.url("http", "/bytes?n=5000000"), s.up.url("http", "/echo"));
+    let js_leaves = format!(
+        "const all = [1, 2, 3, 4, 5, 6].map(() => fetch('{big}'));\n\
+         all.forEach((p) => p.catch(() => {{}}));\n\
+         console.log((await all[0]).status);"
+    );
+    let js_next = format!("console.log((await fetch('{echo}')).status);");
+    let py_leaves = format!(
+        "import js, asyncio\n\
+         calls = [js.fetch('{big}') for _ in range(6)]\n\
+         print((await calls[0]).status)"
+    );
+    let py_next = format!("import js\nprint((await js.fetch('{echo}')).status)");
+    for (language, leaves, next) in [("javascript", &js_leaves, &js_next), ("python", &py_leaves, &py_next)] {
+        let mut warm = 0;
+        for round in 0..3 {
+            let body = |code: &str| json!({ "language": language, "code": code, "shared_runtime": true });
+            let left = s.run_as(ALICE, body(leaves)).await;
+            assert_eq!(stdout(&left), "200\n", "{language}, round {round}: {left}");
+            let job = s.run_as(ALICE, body(next)).await;
+            assert_eq!(stdout(&job), "200\n", "{language}, round {round}: the next job's own answer: {job}");
+            warm += usize::from(job["warm"] == true);
+        }
+        assert!(warm > 0, "{language}: no next job ran in the child the first had used");
+    }
+}
+
 #[tokio::test]
 async fn each_jobs_requests_connections_and_bytes_are_capped() {
     let caps = [

@@ -15,6 +15,14 @@
 //! judged by the rules of the job the link serves at that moment
 //! ([`Link::begin`]). A job's requests still running when it ends are
 //! dropped with it, so an answer never reaches the next job.
+//!
+//! Answers are written by one task of their own, each whole: a request
+//! dropped with its job is dropped before its answer is queued, never
+//! while its bytes are being written, which would leave the harness
+//! reading the next answer as the rest of this one's body. An answer
+//! queued for a job that has since ended is not sent; one already being
+//! sent is finished, and the harness, which numbers every request and
+//! never reuses a number, drops it.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -25,6 +33,7 @@ use serde::Deserialize;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::UnixListener;
 use tokio::net::unix::OwnedWriteHalf;
+use tokio::sync::mpsc;
 use tokio::task::{AbortHandle, JoinHandle};
 use tracing::Instrument;
 
@@ -149,7 +158,8 @@ async fn serve(
     let _ = std::fs::remove_file(&path);
     let Ok((stream, _)) = accepted else { return false };
     let (read, write) = stream.into_split();
-    let writer = Arc::new(tokio::sync::Mutex::new(write));
+    let (writer, outbox) = mpsc::unbounded_channel();
+    tokio::spawn(write_answers(write, outbox, current.clone()));
     let mut reader = BufReader::new(read);
     loop {
         let mut line = Vec::new();
@@ -169,7 +179,7 @@ async fn serve(
                 Some(_) => format!("a request body of {body} bytes is past the job's cap of {cap}"),
                 None => "this job may reach no host".to_owned(),
             };
-            answer(&writer, id, Err(error)).await;
+            let _ = writer.send(Answer { job, id, result: Err(error) });
             continue;
         }
         let mut bytes = Vec::new();
@@ -179,23 +189,19 @@ async fn serve(
         // The job may have ended while its body arrived: then it is not sent.
         let job = job.filter(|job| lock(&current).as_ref().is_some_and(|now| Arc::ptr_eq(now, job)));
         let Some(job) = job else {
-            answer(&writer, id, Err("this job may reach no host".to_owned())).await;
+            let _ = writer.send(Answer { job: None, id, result: Err("this job may reach no host".to_owned()) });
             continue;
         };
         if let Err(error) = job.enter() {
-            answer(&writer, id, Err(error)).await;
+            let _ = writer.send(Answer { job: Some(job), id, result: Err(error) });
             continue;
         }
-        let (client, writer, current) = (proxy.client.clone(), writer.clone(), current.clone());
+        let (client, writer) = (proxy.client.clone(), writer.clone());
         let span = job.span.clone();
         let task = tokio::spawn(async move {
             let result = fetch::fetch(&client, &job, request, bytes).instrument(span).await;
             job.release();
-            // Only to the job that asked: one that has ended gets nothing.
-            let still = lock(&current).as_ref().is_some_and(|now| Arc::ptr_eq(now, &job));
-            if still {
-                answer(&writer, id, result).await;
-            }
+            let _ = writer.send(Answer { job: Some(job), id, result });
         });
         let mut running = lock(&requests);
         running.retain(|request| !request.is_finished());
@@ -203,11 +209,36 @@ async fn serve(
     }
 }
 
-async fn answer(
-    writer: &tokio::sync::Mutex<OwnedWriteHalf>,
+/// An answer on its way to the harness, and the job that asked (None:
+/// a request no job could make).
+struct Answer {
+    job: Option<Arc<JobEgress>>,
     id: u64,
     result: Result<(fetch::Response, Vec<u8>), String>,
+}
+
+/// Writes each answer whole, in the order they come, to the harness; an
+/// answer to a job that has ended is dropped instead (see the header).
+async fn write_answers(
+    mut writer: OwnedWriteHalf,
+    mut outbox: mpsc::UnboundedReceiver<Answer>,
+    current: Arc<Mutex<Option<Arc<JobEgress>>>>,
 ) {
+    while let Some(Answer { job, id, result }) = outbox.recv().await {
+        let asked = job.is_none_or(|job| lock(&current).as_ref().is_some_and(|now| Arc::ptr_eq(now, &job)));
+        if !asked {
+            continue;
+        }
+        let (line, body) = frame(id, result);
+        // A child that stopped reading has gone, or will be: nothing to do.
+        if writer.write_all(&line).await.is_err() || writer.write_all(&body).await.is_err() {
+            return;
+        }
+    }
+}
+
+/// An answer's line (newline included) and body.
+fn frame(id: u64, result: Result<(fetch::Response, Vec<u8>), String>) -> (Vec<u8>, Vec<u8>) {
     let (line, mut body) = match result {
         Ok((response, body)) => {
             let mut line = serde_json::to_value(&response).unwrap_or_default();
@@ -222,10 +253,7 @@ async fn answer(
         let error = "runbox egress: the answer's status line, URL and headers are longer than 1 MiB";
         (line, body) = (serde_json::json!({"id": id, "error": error}).to_string(), Vec::new());
     }
-    let mut writer = writer.lock().await;
-    let mut bytes = line.into_bytes();
-    bytes.push(b'\n');
-    // A child that stopped reading has gone, or will be: nothing to do.
-    let _ = writer.write_all(&bytes).await;
-    let _ = writer.write_all(&body).await;
+    let mut line = line.into_bytes();
+    line.push(b'\n');
+    (line, body)
 }
