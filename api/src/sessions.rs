@@ -248,6 +248,24 @@ pub(crate) async fn create_session(
     caller: &Caller,
     request: SessionRequest,
 ) -> Result<SessionRecord, ApiError> {
+    create_session_as(state, caller, request, new_session_id()).await
+}
+
+/// A new session's id, for [`create_session_as`].
+pub(crate) fn new_session_id() -> String {
+    uuid::Uuid::new_v4().to_string()
+}
+
+/// [`create_session`] under an id the caller chose beforehand: an adapter
+/// that must end the session however its request ends (`run_jupyter`)
+/// holds the id before the session exists, so that a request dropped while
+/// the session starts ends it too.
+pub(crate) async fn create_session_as(
+    state: &AppState,
+    caller: &Caller,
+    request: SessionRequest,
+    id: String,
+) -> Result<SessionRecord, ApiError> {
     let (asked, idle) = request.validate(&state.config.sessions)?;
     let language = match &request.from_checkpoint {
         Some(id) => {
@@ -262,7 +280,7 @@ pub(crate) async fn create_session(
         }
         None => asked.ok_or_else(|| ApiError::invalid("language", "language is required: python or javascript"))?,
     };
-    new_session(state, caller, language, idle, request.from_checkpoint).await
+    new_session(state, caller, id, language, idle, request.from_checkpoint).await
 }
 
 /// Checkpoints session `id` and starts a new session from the checkpoint.
@@ -270,7 +288,7 @@ pub(crate) async fn fork_session(state: &AppState, caller: &Caller, id: &str) ->
     let info = take_checkpoint(state, caller, id).await?;
     let parent = owned(state, caller, id).await?;
     let idle = Duration::from_secs(parent.idle_timeout_s);
-    let fork = new_session(state, caller, parent.language, idle, Some(info.id.clone())).await?;
+    let fork = new_session(state, caller, new_session_id(), parent.language, idle, Some(info.id.clone())).await?;
     tracing::info!(session = %id, fork = %fork.id, checkpoint = %info.id, "session forked");
     Ok(fork)
 }
@@ -280,12 +298,12 @@ pub(crate) async fn fork_session(state: &AppState, caller: &Caller, id: &str) ->
 async fn new_session(
     state: &AppState,
     caller: &Caller,
+    id: String,
     language: Language,
     idle: Duration,
     checkpoint: Option<String>,
 ) -> Result<SessionRecord, ApiError> {
     let limits = state.config.sessions;
-    let id = uuid::Uuid::new_v4().to_string();
     let expires_at_ms = now_unix_ms() + millis(limits.lifetime);
     let ttl = state.config.shared.result_ttl;
     let created = state

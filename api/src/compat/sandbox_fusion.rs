@@ -18,7 +18,8 @@
 //! - `run_jupyter` is one fresh Python session: the request's files are
 //!   written, each cell is an exec (`sandbox_fusion_jupyter.py` runs it as a
 //!   notebook cell and reports its display and error), the files asked for
-//!   are read back, and the session is destroyed whatever happened.
+//!   are read back, and the session is destroyed however the request
+//!   ends, the client gone included (a guard that runs on drop).
 //!
 //! The top-level `status` is SandboxFusion's: `Success` when the program
 //! ran and exited 0, `Failed` when it ran and failed (non-zero exit, time
@@ -644,16 +645,84 @@ async fn run_jupyter(
         }
         .into());
     }
-    let create = SessionRequest { language: Some(Language::Python), ..SessionRequest::default() };
-    let session = sessions::create_session(&state, &caller, create).await?;
+    let create = SessionRequest {
+        language: Some(Language::Python),
+        idle_timeout_s: Some(jupyter_idle_s(&state)),
+        ..SessionRequest::default()
+    };
+    // The session is the request's alone: the guard ends it however the
+    // request ends, from before it exists (a client gone while it starts).
+    let guard = SessionGuard::new(&state, &caller);
+    let session = sessions::create_session_as(&state, &caller, create, guard.id.clone()).await?;
     let answer = notebook(&state, &caller, &session.id, &request).await;
-    // The session is the request's alone: it ends here, whatever happened.
-    if let Err(e) = sessions::destroy_session(&state, &caller, &session.id).await {
-        tracing::warn!(session = %session.id, error = %e, "could not destroy a run_jupyter session; its idle timeout will");
-    }
+    guard.end().await;
     let mut answer = answer?;
     answer.executor_pod_name = session.worker;
     Ok(Json(answer))
+}
+
+/// The idle timeout of a `run_jupyter` session, a backstop for its guard
+/// (a session created after its request was dropped, or an api process
+/// killed mid-request): the longest a cell may run plus a margin, as
+/// Redis counts a session idle from its last exec's start, and at most
+/// what a session may ask for.
+fn jupyter_idle_s(state: &AppState) -> u64 {
+    let longest_cell_s = state.config.limits.timeouts.max_ms().div_ceil(1000);
+    (longest_cell_s + JUPYTER_IDLE_MARGIN_S).min(state.config.sessions.max_idle.as_secs()).max(1)
+}
+
+/// What a `run_jupyter` session may stay idle beyond its longest cell.
+const JUPYTER_IDLE_MARGIN_S: u64 = 30;
+
+/// Ends a `run_jupyter` session however its request ends: answered,
+/// failed, or dropped, which is what axum does to a handler whose client
+/// has gone. [`SessionGuard::end`] destroys it and waits; a guard dropped
+/// without it spawns the destroy, as `Drop` cannot wait.
+struct SessionGuard {
+    state: AppState,
+    caller: Caller,
+    id: String,
+    armed: bool,
+}
+
+impl SessionGuard {
+    /// A guard on the session about to be created under its `id`.
+    fn new(state: &AppState, caller: &Caller) -> SessionGuard {
+        SessionGuard { state: state.clone(), caller: caller.clone(), id: sessions::new_session_id(), armed: true }
+    }
+
+    /// Destroys the session before the answer goes out.
+    async fn end(mut self) {
+        self.armed = false;
+        destroy_jupyter_session(&self.state, &self.caller, &self.id).await;
+    }
+}
+
+impl Drop for SessionGuard {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let (state, caller, id) = (self.state.clone(), self.caller.clone(), std::mem::take(&mut self.id));
+        tracing::info!(session = %id, "run_jupyter request dropped: destroying its session");
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => drop(runtime.spawn(async move { destroy_jupyter_session(&state, &caller, &id).await })),
+            Err(_) => {
+                tracing::warn!(session = %id, "no runtime to destroy a run_jupyter session; its idle timeout will")
+            }
+        }
+    }
+}
+
+/// Destroys `run_jupyter` session `id`; one that has ended already, or was
+/// never created, needs nothing.
+async fn destroy_jupyter_session(state: &AppState, caller: &Caller, id: &str) {
+    match sessions::destroy_session(state, caller, id).await {
+        Ok(_) | Err(ApiError::NoSession | ApiError::SessionEnded { .. }) => {}
+        Err(e) => {
+            tracing::warn!(session = %id, error = %e, "could not destroy a run_jupyter session; its idle timeout will")
+        }
+    }
 }
 
 /// One step of a notebook's session, run to its end: its record, or the
