@@ -129,8 +129,8 @@ async fn an_ended_jobs_queued_requests_are_sent_as_the_next_jobs() {
             ));
         }
     }
-    // Give the slow requests time to land, then show where they went.
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // Where job A's requests went so far (more may still be on their way).
     let late = up.received_paths().into_iter().filter(|p| p.contains("A-late")).count();
     assert!(failures.is_empty(), "{failures:#?}\n(the upstream got {late} of job A's late requests)");
 }
+
