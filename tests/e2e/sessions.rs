@@ -177,69 +177,154 @@ async fn a_checkpoint_reply_made_by_the_session_fails_without_ending_it() {
     assert_eq!(s.run(&id, "print(kept)").await, "7\n");
 }
 
+// The session-protocol probes: what a session's own code can do to the
+// harness's requests and their replies. Each runs for both languages, as
+// JavaScript in the session's realm: a JavaScript session's exec itself, a
+// Python session's through `js.eval` (its interpreter's Worker).
+
+/// The languages whose sessions share one reply channel.
+const SESSION_LANGUAGES: [&str; 2] = ["python", "javascript"];
+
+/// An exec of `language` that runs `js` in the session's realm, then prints
+/// `text` (if any).
+fn in_realm(language: &str, js: &str, text: &str) -> String {
+    let literal = serde_json::to_string(js).expect("a string");
+    let text = serde_json::to_string(text).expect("a string");
+    match language {
+        "python" => format!("import js\njs.eval({literal})\nif {text}: print({text})"),
+        _ => format!("{js};\nif ({text}) console.log({text})"),
+    }
+}
+
+/// An exec of `language` that waits for the promise `js` evaluates to in the
+/// session's realm, then prints `text`.
+fn awaiting_in_realm(language: &str, js: &str, text: &str) -> String {
+    let literal = serde_json::to_string(js).expect("a string");
+    let text = serde_json::to_string(text).expect("a string");
+    match language {
+        "python" => format!("import js\nawait js.eval({literal})\nprint({text})"),
+        _ => format!("Promise.resolve({js}).then(() => console.log({text}))"),
+    }
+}
+
+/// An exec of `language` that fails on its own, and the exit code it gets.
+fn failing(language: &str) -> (&'static str, i64) {
+    match language {
+        "python" => ("raise SystemExit(3)", 3),
+        _ => ("throw new Error('its own')", 1),
+    }
+}
+
+/// Checks that the session answers each exec with its own result, in step.
+async fn answers_in_step(s: &Sessions<'_>, id: &str, language: &str) {
+    let (code, exit) = failing(language);
+    let (status, failed) = s.exec(id, json!({ "code": code })).await;
+    assert_eq!(
+        (status, &failed["exit_code"], &failed["stdout"]),
+        (200, &json!(exit), &json!("")),
+        "{language}: {failed}"
+    );
+    assert_eq!(s.run(id, &in_realm(language, "0", "in step")).await, "in step\n", "{language}");
+}
+
+/// Shapes a session's code can post as if they were the harness's replies.
+const FORGED: &str = "[{ status: 3 }, { status: 7, allocation: true, memoryError: true }, { status: 3, exit: true }, \
+    { ok: true }, { ready: true }, { parts: [] }, { message: 'forged' }, { seq: 1, status: 3 }, null, 3, '3']";
+
 #[tokio::test]
-async fn what_a_session_posts_itself_is_not_taken_for_a_reply() {
+async fn what_a_session_posts_itself_is_never_taken_for_a_reply() {
     let stack = Stack::start(&[]).await;
     let s = alice(&stack.api);
-    let id = s.open(json!({ "language": "python" })).await;
-    // As code written for a browser's Worker posts its results.
-    let post = "import js\n\
-        js.postMessage(js.JSON.parse('{\"status\": 7, \"memoryError\": true}'))\n\
-        print('posted')";
-    assert_eq!(s.run(&id, post).await, "posted\n");
-    let (status, exited) = s.exec(&id, json!({ "code": "raise SystemExit(3)" })).await;
-    assert_eq!((status, &exited["exit_code"]), (200, &json!(3)), "{exited}");
-    assert_eq!(s.run(&id, "print('in step')").await, "in step\n");
+    for language in SESSION_LANGUAGES {
+        let id = s.open(json!({ "language": language })).await;
+        // A timer left by one exec posts `{status: 3}`, as code written for
+        // a browser's Worker posts its results; the next exec waits for it.
+        let timer = "globalThis.posted = new Promise((resolve) => { \
+            const timer = setInterval(() => { clearInterval(timer); postMessage({ status: 3 }); resolve(); }, 1); })";
+        assert_eq!(s.run(&id, &in_realm(language, timer, "")).await, "", "{language}");
+        assert_eq!(s.run(&id, &awaiting_in_realm(language, "posted", "waited")).await, "waited\n", "{language}");
+        // Then every shape of a reply, through `postMessage` and `self.postMessage`.
+        let shapes = format!("for (const data of {FORGED}) {{ postMessage(data); self.postMessage(data); }}");
+        assert_eq!(s.run(&id, &in_realm(language, &shapes, "posted")).await, "posted\n", "{language}");
+        answers_in_step(&s, &id, language).await;
+    }
 }
 
 #[tokio::test]
 async fn a_request_a_session_makes_up_is_not_answered_in_its_place() {
     let stack = Stack::start(&[]).await;
     let s = alice(&stack.api);
-    let id = s.open(json!({ "language": "python" })).await;
-    s.run(&id, "import js").await;
-    // The Worker's own handler, called with each number a counter could
-    // have given this exec's request: each reply goes out before the exec's.
-    let made_up = "js.eval('for (let seq = 0; seq < 64; seq++) self.onmessage({ data: { op: \"none\", seq } })')\n\
-        raise SystemExit(3)";
-    let (status, exited) = s.exec(&id, json!({ "code": made_up })).await;
-    assert_eq!((status, &exited["exit_code"]), (200, &json!(3)), "{exited}");
-    assert_eq!(s.run(&id, "print('in step')").await, "in step\n");
+    for language in SESSION_LANGUAGES {
+        let id = s.open(json!({ "language": language })).await;
+        // The Worker's own handler, called with each number a counter could
+        // give the requests to come: each is answered before they are made.
+        let made_up = "for (let seq = 0; seq < 64; seq++) for (const data of [{ op: 'none', code: '', seq }, \
+            { op: 'run', code: '', seq: String(seq) }]) { self.onmessage({ data }); \
+            self.dispatchEvent(new MessageEvent('message', { data })); }";
+        assert_eq!(s.run(&id, &in_realm(language, made_up, "made up")).await, "made up\n", "{language}");
+        answers_in_step(&s, &id, language).await;
+    }
+}
+
+#[tokio::test]
+async fn a_late_reply_is_not_taken_for_a_later_request() {
+    let stack = Stack::start(&[]).await;
+    let s = alice(&stack.api);
+    for language in SESSION_LANGUAGES {
+        let id = s.open(json!({ "language": language })).await;
+        // The session sees each request its Worker gets, and answers each
+        // again once it has been answered, with whatever it carried.
+        let record = "globalThis.requests = []; addEventListener('message', ({ data }) => requests.push(data))";
+        s.run(&id, &in_realm(language, record, "")).await;
+        assert_eq!(s.run(&id, &in_realm(language, "0", "recorded")).await, "recorded\n", "{language}");
+        let late = "for (const request of requests.slice(0, -1)) self.postMessage({ ...request, status: 3, \
+            allocation: true, memoryError: true, exit: true, ok: true })";
+        assert_eq!(s.run(&id, &in_realm(language, late, "late")).await, "late\n", "{language}");
+        answers_in_step(&s, &id, language).await;
+    }
 }
 
 #[tokio::test]
 async fn a_session_whose_interpreter_ends_itself_is_lost_and_the_worker_serves_on() {
     let stack = Stack::start(&[]).await;
     let s = alice(&stack.api);
-    // The session's Worker closes: no reply comes, and the runner ends the
-    // session's process at the exec's limit, as an exec that cannot be
-    // interrupted.
-    let id = s.open(json!({ "language": "python" })).await;
-    let (status, closed) =
-        s.exec(&id, json!({ "code": "import js\njs.eval('self.close()')", "timeout_ms": 2000 })).await;
-    assert_eq!(
-        (status, closed["status"].as_str(), closed["session"]["status"].as_str()),
-        (200, Some("timeout"), Some("lost")),
-        "{closed}"
-    );
-    let (status, gone) = s.exec(&id, json!({ "code": "print(1)" })).await;
-    assert_eq!((status, gone["error"]["code"].as_str()), (410, Some("session_lost")), "{gone}");
+    for language in SESSION_LANGUAGES {
+        // The session's Worker closes: no reply comes, and the runner ends
+        // the session's process at the exec's limit, as an exec that cannot
+        // be interrupted.
+        let id = s.open(json!({ "language": language })).await;
+        let (status, closed) =
+            s.exec(&id, json!({ "code": in_realm(language, "self.close()", ""), "timeout_ms": 2000 })).await;
+        assert_eq!(
+            (status, closed["status"].as_str(), closed["session"]["status"].as_str()),
+            (200, Some("timeout"), Some("lost")),
+            "{language}: {closed}"
+        );
+        let (status, gone) = s.exec(&id, json!({ "code": "1" })).await;
+        assert_eq!((status, gone["error"]["code"].as_str()), (410, Some("session_lost")), "{language}: {gone}");
 
-    // An error nobody catches ends the Worker after its exec was answered:
-    // the next exec finds the session's process ended, and does not run.
-    let id = s.open(json!({ "language": "python" })).await;
-    let throws = "import js\njs.eval(\"setTimeout(() => { throw new Error('gone') }, 100)\")";
-    assert_eq!(s.run(&id, throws).await, "");
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let (status, died) = s.exec(&id, json!({ "code": "print('ran')", "timeout_ms": 2000 })).await;
-    assert_eq!((status, died["session"]["status"].as_str()), (200, Some("lost")), "{died}");
-    assert_eq!(died["stdout"], "", "{died}");
-    let stderr = died["stderr"].as_str().expect("stderr");
-    assert!(stderr.contains("the session's interpreter ended: Uncaught Error: gone"), "{died}");
-    assert_ne!(died["status"], "timeout", "{died}");
+        // An error nobody catches, thrown after an exec was answered by
+        // what that exec left (here when the next request comes, by a
+        // timer, and again by an error listener): the session's process
+        // ends then, and the error is not taken for the reply to the exec
+        // in hand, which waits for ever.
+        let id = s.open(json!({ "language": language })).await;
+        let throws = "addEventListener('error', () => { throw new Error('gone') }); \
+            addEventListener('message', () => setTimeout(() => { throw new Error('gone') }), { once: true })";
+        assert_eq!(s.run(&id, &in_realm(language, throws, "")).await, "", "{language}");
+        let forever = awaiting_in_realm(language, "new Promise(() => {})", "ran");
+        let (status, died) = s.exec(&id, json!({ "code": forever, "timeout_ms": 3000 })).await;
+        assert_eq!((status, died["session"]["status"].as_str()), (200, Some("lost")), "{language}: {died}");
+        assert_eq!(died["stdout"], "", "{language}: {died}");
+        let stderr = died["stderr"].as_str().expect("stderr");
+        assert!(stderr.contains("the session's interpreter ended: Uncaught Error: gone"), "{language}: {died}");
+        assert_ne!(died["status"], "timeout", "{language}: {died}");
+        let (status, gone) = s.exec(&id, json!({ "code": "1" })).await;
+        assert_eq!((status, gone["error"]["code"].as_str()), (410, Some("session_lost")), "{language}: {gone}");
 
-    let id = s.open(json!({ "language": "python" })).await;
-    assert_eq!(s.run(&id, "print('served')").await, "served\n");
+        let id = s.open(json!({ "language": language })).await;
+        assert_eq!(s.run(&id, &in_realm(language, "0", "served")).await, "served\n", "{language}");
+    }
 }
 
 #[tokio::test]

@@ -12,8 +12,16 @@
 // An exec ends once its code has run, the promise it completed with (if
 // any) has settled, and the timeouts it set have fired; an error thrown by
 // any of them fails it. Intervals and Workers live on with the session.
-// The Worker posts `{ready: true}` once it can take execs, then one
-// report, `{status, allocation}`, per exec.
+//
+// The Worker posts `{ready: true}` once it can take requests. Requests,
+// the Worker's messages from the harness: `{op: "egress", egress}`, first
+// if at all (see `useEgress`), and `{op: "run", code, seq}`, one exec,
+// whose one reply is `{status, allocation, seq}`, or `{status, exit: true,
+// seq}` when the exec called `Deno.exit` or `process.exit`. Each request's
+// `seq` is random and its own. The session's code runs in this realm and
+// can post what it likes; the harness takes only a reply that bears the
+// `seq` of the request it waits for, which nobody knows before the
+// request arrives (see `asker` in js.mjs).
 // Web storage and WebGPU: see `dropPersistentStorage` in protocol.mjs.
 for (const name of ["localStorage", "sessionStorage", "caches"]) {
   try {
@@ -51,11 +59,20 @@ const define = (object, name, value) => {
 };
 class Exit {}
 // Deno.exit and process.exit end the session's process with the code, as
-// they would end a program's own; the harness does the exiting.
+// they would end a program's own; the harness does the exiting, told in
+// the reply to the exec in hand. Called once its exec was answered (from
+// an interval, say), the code ends the process at the next exec instead,
+// which does not run.
+let exited = null;
 const exitWith = (code = 0) => {
-  post({ status: Number(code) & 0xff, exit: true });
-  self.close();
+  const status = Number(code) & 0xff;
+  if (current) exitNow(status, current.seq);
+  else exited ??= status;
   throw new Exit();
+};
+const exitNow = (status, seq) => {
+  post({ status, exit: true, seq });
+  self.close();
 };
 const process = runInThisContext("globalThis.process ?? process");
 for (const [name, value] of [["argv", ["deno", "/main.js"]], ["argv0", "deno"], ["execPath", "deno"], ["execArgv", []]]) {
@@ -122,9 +139,10 @@ globalThis.addEventListener("error", (event) => {
 });
 
 let execs = 0;
-async function run(code) {
+async function run(code, seq) {
+  if (exited !== null) return exitNow(exited, seq);
   execs += 1;
-  current = { failed: false, allocation: false };
+  current = { failed: false, allocation: false, seq };
   try {
     let value;
     try {
@@ -149,13 +167,13 @@ async function run(code) {
   await new Promise((resolve) => setTimeout(resolve, 0));
   const { failed, allocation } = current;
   current = null;
-  post({ status: failed ? 1 : 0, allocation });
+  post({ status: failed ? 1 : 0, allocation, seq });
 }
 
 let queue = Promise.resolve();
 self.onmessage = ({ data }) => {
-  if (data?.egress) queue = queue.then(() => useEgress(data.egress));
-  else queue = queue.then(() => run(String(data.code)));
+  if (data?.op === "egress") queue = queue.then(() => useEgress(data.egress));
+  else if (data?.op === "run") queue = queue.then(() => run(String(data.code), data.seq));
 };
 
 /**

@@ -152,37 +152,23 @@ async function serveShared(channel, jobSource, fetchSource) {
  */
 async function serveSession(channel, sessionUrl, fetchSource) {
   const worker = new Worker(sessionUrl, { type: "module", name: "runbox-session" });
+  // Its first message, posted before any code of the session's has run.
   await new Promise((resolve) => (worker.onmessage = resolve));
+  const ask = asker(worker);
   let opened = false;
   const openEgress = (frame) => {
     if (opened || !frame.egress || !egress) return;
     opened = true;
     const port = throughEgress();
-    worker.postMessage({ egress: { source: fetchSource, port: port.theirs } }, [port.theirs]);
+    worker.postMessage({ op: "egress", egress: { source: fetchSource, port: port.theirs } }, [port.theirs]);
   };
-  let pending = null;
-  worker.onmessage = ({ data }) => {
-    const settle = pending;
-    pending = null;
-    settle?.(data);
+  const exec = async (code, memoryMb, timeoutMs) => {
+    const reply = await ask({ op: "run", code: String(code), memory_mb: memoryMb }, timeoutMs);
+    if (reply === null) return { status: 1, overran: true };
+    // Deno.exit or process.exit: the session's process ends with the code.
+    if (reply.exit === true) exit(report(reply).status);
+    return report(reply);
   };
-  worker.onerror = (event) => {
-    event.preventDefault();
-    writeError(`error: Uncaught ${event.message}\n`);
-    const settle = pending;
-    pending = null;
-    settle?.({ status: 1 });
-  };
-  const exec = (code, memoryMb, timeoutMs) =>
-    new Promise((resolve) => {
-      pending = (data) => {
-        // Deno.exit or process.exit: the session's process ends with the code.
-        if (data?.exit === true) exit(report(data).status);
-        resolve(report(data));
-      };
-      worker.postMessage({ code: String(code), memory_mb: memoryMb });
-      if (timeoutMs > 0) setTimeout(() => pending && ((pending = null), resolve({ status: 1, overran: true })), timeoutMs);
-    });
   channel.report({ kind: "ready" });
   const open = channel.readFrame();
   openEgress(open);
@@ -206,6 +192,58 @@ async function serveSession(channel, sessionUrl, fetchSource) {
     endOutput(frame.nonce);
     channel.report({ kind: "end", status, ...(allocation ? { memory: true } : {}) });
   }
+}
+
+/**
+ * Messages a session's `worker` one request at a time; each promise gets
+ * the Worker's reply to it, or null once `timeoutMs` (when above 0) has
+ * passed. The session's code runs in the Worker and can post anything,
+ * whenever it likes, and call the Worker's own handler: a reply is taken
+ * only if it bears the request's `seq`, 128 random bits that exist nowhere
+ * before the request is sent, so no message posted before it (a
+ * program's own `postMessage`, as code written for a browser's Worker
+ * calls it; a reply to a request the session made up, or one it saw and
+ * answers again) passes for its reply. Replies are structured clones,
+ * plain data, read here as such (`report`). The same defence as a Python
+ * session's (`asker` in python.mjs).
+ */
+function asker(worker) {
+  let waiting = null;
+  worker.onmessage = ({ data }) => {
+    if (!waiting || data?.seq !== waiting.seq) return;
+    const { resolve } = waiting;
+    waiting = null;
+    resolve(data);
+  };
+  // An error nobody caught ends the Worker, and when relative to the
+  // request in hand cannot be told (the session can throw one after its
+  // exec was answered, and it is seen only once the next request is
+  // sent): the session's process ends here, as if it had died, and takes
+  // no reply from it.
+  worker.onerror = (event) => {
+    event.preventDefault();
+    writeError(`\nrunbox: the session's interpreter ended: ${String(event.message).slice(0, 8192)}\n`);
+    exit(1);
+  };
+  return (message, timeoutMs = 0) =>
+    new Promise((resolve) => {
+      const seq = [...crypto.getRandomValues(new Uint32Array(4))].map((n) => n.toString(16)).join("-");
+      // Until the reply comes, the process stays up: a Worker that closed
+      // itself never replies, and with nothing else pending Deno would
+      // exit as if the exec had ended. The runner ends it at the exec's
+      // limit instead, as an exec that cannot be interrupted.
+      const alive = setInterval(() => {}, 60_000);
+      let timer = null;
+      const settle = (data) => {
+        waiting = null;
+        clearInterval(alive);
+        clearTimeout(timer);
+        resolve(data);
+      };
+      if (timeoutMs > 0) timer = setTimeout(() => settle(null), timeoutMs);
+      waiting = { seq, resolve: settle };
+      worker.postMessage({ ...message, seq });
+    });
 }
 
 /**
