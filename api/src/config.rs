@@ -39,7 +39,8 @@ pub struct SessionLimits {
     pub max_idle: Duration,
     /// `RUNBOX_SESSION_LIFETIME_S`: every session ends this long after it began.
     pub lifetime: Duration,
-    /// `RUNBOX_SESSIONS_PER_TOKEN`: live sessions one token may hold.
+    /// `RUNBOX_SESSIONS_PER_TOKEN`: live sessions one token may hold, at
+    /// most (see [`SessionLimits::fair_share`]); 0 sets no cap of its own.
     pub per_token: u64,
 }
 
@@ -55,6 +56,17 @@ impl Default for SessionLimits {
 }
 
 impl SessionLimits {
+    /// The live sessions one token may hold in a fleet of `capacity`
+    /// session places: half of them (at least one), and at most
+    /// `RUNBOX_SESSIONS_PER_TOKEN`. Half, so that whatever one token holds,
+    /// as many places stay for the others; a fixed fraction rather than
+    /// one that shrinks with the tokens holding sessions, so that a token's
+    /// cap does not change under it when another token arrives.
+    pub fn fair_share(&self, capacity: u64) -> u64 {
+        let half = (capacity / 2).max(1);
+        if self.per_token == 0 { half } else { half.min(self.per_token) }
+    }
+
     pub fn from_env() -> Result<SessionLimits, ConfigError> {
         let d = SessionLimits::default();
         let limits = SessionLimits {
@@ -202,6 +214,16 @@ impl ApiConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_tokens_fair_share_is_half_the_fleets_places_within_its_cap() {
+        let limits = SessionLimits::default();
+        assert_eq!(limits.per_token, 4);
+        let shares: Vec<u64> = [0, 1, 2, 3, 4, 7, 8, 100].map(|c| limits.fair_share(c)).to_vec();
+        assert_eq!(shares, [1, 1, 1, 1, 2, 3, 4, 4]);
+        let uncapped = SessionLimits { per_token: 0, ..limits };
+        assert_eq!(uncapped.fair_share(100), 50);
+    }
 
     #[test]
     fn mcp_hosts_parse() {

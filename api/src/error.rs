@@ -7,6 +7,9 @@ use axum::response::{IntoResponse, Response};
 use serde_json::json;
 use std::fmt;
 
+/// `Retry-After`, in seconds, when every session place is taken.
+const SESSIONS_FULL_RETRY_AFTER: &str = "5";
+
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
     #[error("missing or invalid bearer token")]
@@ -47,11 +50,15 @@ pub enum ApiError {
     SessionEnded { status: runbox_common::SessionStatus, reason: String },
     #[error("{0}")]
     SessionBusy(String),
-    /// The caller holds this many live sessions already.
+    /// The caller holds this many live sessions already, its fair share.
     #[error(
-        "this token already holds {0} live sessions, the most allowed (RUNBOX_SESSIONS_PER_TOKEN); destroy one first"
+        "this token already holds {0} live sessions, the most one token may (half the fleet's session places, at \
+         most RUNBOX_SESSIONS_PER_TOKEN); destroy one first"
     )]
     TooManySessions(u64),
+    /// Every session place of the fleet is taken; the message says how many.
+    #[error("{0}")]
+    SessionsFull(String),
     #[error("no such checkpoint (or not yours, or expired)")]
     NoCheckpoint,
     #[error("{0}")]
@@ -114,6 +121,7 @@ impl ApiError {
             ),
             ApiError::SessionBusy(_) => (StatusCode::CONFLICT, "session_busy"),
             ApiError::TooManySessions(_) => (StatusCode::TOO_MANY_REQUESTS, "too_many_sessions"),
+            ApiError::SessionsFull(_) => (StatusCode::SERVICE_UNAVAILABLE, "sessions_full"),
             ApiError::NoCheckpoint => (StatusCode::NOT_FOUND, "no_checkpoint"),
             ApiError::CheckpointFailed(_) => (StatusCode::UNPROCESSABLE_ENTITY, "checkpoint_failed"),
             ApiError::SessionUnavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "session_unavailable"),
@@ -172,7 +180,10 @@ impl IntoResponse for ApiError {
         }
         let mut response = (status, axum::Json(body)).into_response();
         if status == StatusCode::SERVICE_UNAVAILABLE || status == StatusCode::TOO_MANY_REQUESTS {
-            response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+            // A session place comes free only when a session ends: sooner
+            // retries would find the fleet as full.
+            let after = if matches!(self, ApiError::SessionsFull(_)) { SESSIONS_FULL_RETRY_AFTER } else { "1" };
+            response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static(after));
         }
         if let ApiError::QuotaExceeded { quota, .. } = &self {
             let headers = response.headers_mut();

@@ -70,6 +70,33 @@ pub(crate) async fn enqueue(
     }
 }
 
+/// Signs `spec`, a session's start job, and enqueues it on the stream
+/// workers read into their session places, never their job slots; returns
+/// its id. The session was admitted against the fleet's places already, so
+/// only the caller's job quota can refuse it.
+pub(crate) async fn enqueue_session_start(
+    state: &AppState,
+    caller: &Caller,
+    spec: &JobSpec,
+) -> Result<String, ApiError> {
+    let Signed { id, payload, signature } = sign(state, caller, spec)?;
+    let created_at = now_rfc3339();
+    let job = NewJob {
+        id: &id,
+        owner: &caller.0,
+        language: spec.language.as_str(),
+        payload: &payload,
+        signature: &signature,
+        created_at: &created_at,
+        callback: None,
+        compat: None,
+    };
+    let enqueued = state.queue.enqueue_session_start(&job, state.config.quotas.of(&caller.0)).await?;
+    admitted(state, caller, enqueued, [spec])?;
+    tracing::info!(%id, language = %spec.language, "session start queued");
+    Ok(id)
+}
+
 /// A job ready for the queue: a new id, the spec as the worker reads it,
 /// and the signature over both that the worker checks before it runs it.
 pub(crate) struct Signed {

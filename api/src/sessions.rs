@@ -1,7 +1,13 @@
 //! The `/v1/sessions` handlers: sessions whose state lasts across execs.
 //!
+//! A session is admitted only within the fleet's session places (the sum
+//! of what live workers offer, `RUNBOX_WORKER_SESSIONS` each) and its
+//! token's fair share of them (`SessionLimits::fair_share`); past either
+//! it is refused at once, 429 or 503, never queued.
+//!
 //! Every step is a signed job (see `runbox_common::session`): a session
-//! starts through the ordinary queue, and its execs, checkpoints and
+//! starts through a stream workers read into their session places, apart
+//! from their job slots, and its execs, checkpoints and
 //! destroys go to the one worker that holds it. An exec on a busy session
 //! is refused with 409 rather than queued: an agent that sends two at once
 //! has a bug, and waiting would hide it.
@@ -19,8 +25,8 @@ use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use runbox_common::{
-    CheckpointInfo, JobRecord, JobSpec, Language, Outcome, Recovery, Sent, SessionOp, SessionRecord, SessionStatus,
-    SessionTask, Status, StepResult, now_rfc3339, now_unix_ms,
+    Admission, CheckpointInfo, JobRecord, JobSpec, Language, Outcome, Recovery, Sent, SessionOp, SessionRecord,
+    SessionStatus, SessionTask, Status, StepResult, now_rfc3339, now_unix_ms,
 };
 use serde_json::Value;
 
@@ -59,9 +65,9 @@ const CHECKPOINT_WAIT: Duration = Duration::from_secs(120);
         (status = 404, description = "`no_checkpoint`: `from_checkpoint` names no checkpoint of the caller's.", body = crate::views::ErrorBody),
         (status = 413, description = "`payload_too_large`.", body = crate::views::ErrorBody),
         (status = 415, description = "`unsupported_media_type`.", body = crate::views::ErrorBody),
-        (status = 429, description = "`too_many_sessions` or `quota_exceeded`.", body = crate::views::ErrorBody),
+        (status = 429, description = "`too_many_sessions`: the token holds its share of the fleet's session places; or `quota_exceeded`.", body = crate::views::ErrorBody),
         (status = 401, description = "`unauthorized`.", body = crate::views::ErrorBody),
-        (status = 503, description = "`unavailable`, or `session_unavailable`: no worker could open or reach it.", body = crate::views::ErrorBody),
+        (status = 503, description = "`sessions_full`: every session place of the workers is taken (answered at once, with `Retry-After`); `unavailable`; or `session_unavailable`: no worker could open it.", body = crate::views::ErrorBody),
     ),
 )]
 pub async fn create(
@@ -217,11 +223,11 @@ pub async fn checkpoint(
         (status = 202, description = "The new session, still `starting`.", body = SessionView),
         (status = 409, description = "`session_busy`.", body = crate::views::ErrorBody),
         (status = 422, description = "`checkpoint_failed`.", body = crate::views::ErrorBody),
-        (status = 429, description = "`too_many_sessions` or `quota_exceeded`.", body = crate::views::ErrorBody),
+        (status = 429, description = "`too_many_sessions`: the token holds its share of the fleet's session places; or `quota_exceeded`.", body = crate::views::ErrorBody),
         (status = 404, description = "`no_session`: no such session, or another token's.", body = crate::views::ErrorBody),
         (status = 410, description = "`session_closed`, `session_expired` or `session_lost`: it has ended.", body = crate::views::ErrorBody),
         (status = 401, description = "`unauthorized`.", body = crate::views::ErrorBody),
-        (status = 503, description = "`unavailable`, or `session_unavailable`: no worker could open or reach it.", body = crate::views::ErrorBody),
+        (status = 503, description = "`sessions_full`: every session place of the workers is taken; `unavailable`; or `session_unavailable`: no worker could open or reach it.", body = crate::views::ErrorBody),
     ),
 )]
 pub async fn fork(State(state): State<AppState>, caller: Caller, Path(id): Path<String>) -> Result<Response, ApiError> {
@@ -306,12 +312,25 @@ async fn new_session(
     let limits = state.config.sessions;
     let expires_at_ms = now_unix_ms() + millis(limits.lifetime);
     let ttl = state.config.shared.result_ttl;
-    let created = state
+    let capacity = session_capacity(state).await?;
+    let full = || {
+        ApiError::SessionsFull(format!(
+            "all {capacity} session places of the workers are taken; retry after the Retry-After delay, or destroy \
+             a session you no longer need"
+        ))
+    };
+    if capacity == 0 {
+        return Err(full());
+    }
+    let share = limits.fair_share(capacity);
+    let admitted = state
         .queue
-        .create_session(&id, &caller.0, language, idle, expires_at_ms, &now_rfc3339(), limits.per_token, ttl)
+        .create_session(&id, &caller.0, language, idle, expires_at_ms, &now_rfc3339(), share, capacity, ttl)
         .await?;
-    if !created {
-        return Err(ApiError::TooManySessions(limits.per_token));
+    match admitted {
+        Admission::Created => {}
+        Admission::OverShare => return Err(ApiError::TooManySessions(share)),
+        Admission::Full => return Err(full()),
     }
     tracing::info!(session = %id, %language, from_checkpoint = ?checkpoint, "session created");
     match start(state, caller, &id, language, checkpoint, millis(idle), expires_at_ms).await {
@@ -451,7 +470,7 @@ async fn start(
     expires_at_ms: u64,
 ) -> Result<SessionRecord, ApiError> {
     let op = SessionOp::Start { owner: caller.0.clone(), checkpoint, idle_timeout_ms, expires_at_ms };
-    let job = pipeline::enqueue(state, caller, &step(language, id, op), None, None, None, None).await?.id;
+    let job = pipeline::enqueue_session_start(state, caller, &step(language, id, op)).await?;
     let record = wait_for(state, &job, START_WAIT).await?;
     match record.and_then(|r| r.outcome.filter(|_| r.status.is_final())) {
         None | Some(Outcome { step: Some(StepResult::Done), .. }) => {}
@@ -578,6 +597,14 @@ async fn wait_on_worker(
             return wait_for(state, id, Duration::ZERO).await;
         }
     }
+}
+
+/// The fleet's session places: the sum of what each live worker offers.
+async fn session_capacity(state: &AppState) -> Result<u64, ApiError> {
+    let now = now_unix_ms();
+    let workers = state.queue.workers().await?;
+    let places = workers.iter().filter(|w| w.is_live(now)).map(|w| w.session_capacity as u64).sum();
+    Ok(places)
 }
 
 async fn worker_alive(state: &AppState, name: &str) -> Result<bool, ApiError> {

@@ -120,6 +120,19 @@ impl QueueKeys {
         format!("{}sessions:{owner}", self.prefix)
     }
 
+    /// Set of every live session, whoever owns it: what the fleet's session
+    /// capacity counts. Lua scripts spell it as the prefix plus `live-sessions`.
+    pub fn live_sessions(&self) -> String {
+        format!("{}live-sessions", self.prefix)
+    }
+
+    /// The stream of sessions' start jobs (group [`GROUP`]): a worker reads
+    /// it only while it has a session place free, so a session never takes
+    /// a job slot, and a start whose worker died is taken over like a job.
+    pub fn session_starts(&self) -> String {
+        format!("{}session-starts", self.prefix)
+    }
+
     /// List of session job ids for the sessions `worker` holds: only that
     /// worker reads it.
     pub fn inbox(&self, worker: &str) -> String {
@@ -157,6 +170,8 @@ mod tests {
             keys.output("j"),
             keys.session("s"),
             keys.owner_sessions("alice"),
+            keys.live_sessions(),
+            keys.session_starts(),
             keys.inbox("w"),
             keys.checkpoint("c"),
         ] {

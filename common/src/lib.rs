@@ -84,8 +84,8 @@ pub use job::{
 pub use language::{Language, UnknownLanguage};
 pub use live::{LIVE_GRACE, LiveEntry, OutputChunk, OutputStream};
 pub use queue::{
-    BatchJob, BatchRecord, CallbackDue, Cancelled, Claimed, Enqueued, Handover, Idempotency, JobRecord, JobSummary,
-    NewJob, OverQuota, Queue, QueueError, Quota, Timings,
+    Admission, BatchJob, BatchRecord, CallbackDue, Cancelled, Claimed, Enqueued, Handover, Idempotency, JobRecord,
+    JobSummary, NewJob, OverQuota, Queue, QueueError, Quota, Timings,
 };
 pub use session::{
     Checkpoint, CheckpointInfo, Recovery, Sent, SessionOp, SessionRecord, SessionStatus, SessionTask, StepResult,

@@ -58,9 +58,14 @@ pub struct WorkerInfo {
     pub pool_max: usize,
     pub memory_mb: u32,
     pub max_output_bytes: usize,
-    /// Sessions it holds, each in a slot of its own.
+    /// Sessions it holds, each in a session place, apart from its job slots.
     #[serde(default)]
     pub sessions: usize,
+    /// Sessions it may hold at once (`RUNBOX_WORKER_SESSIONS`); the fleet's
+    /// session capacity is the sum over live workers. 0 from a worker that
+    /// does not say.
+    #[serde(default)]
+    pub session_capacity: usize,
     /// When it last sent a heartbeat, in Unix milliseconds.
     pub seen_at_ms: u64,
 }
@@ -90,6 +95,7 @@ mod tests {
             memory_mb: 256,
             max_output_bytes: 1024,
             sessions: 0,
+            session_capacity: 0,
             seen_at_ms: 100_000,
         };
         let silent = u64::try_from(WORKER_SILENT_AFTER.as_millis()).expect("fits");

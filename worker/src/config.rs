@@ -57,6 +57,10 @@ pub struct WorkerConfig {
     pub name: String,
     /// `RUNBOX_WORKER_CONCURRENCY`: jobs run at once.
     pub concurrency: usize,
+    /// `RUNBOX_WORKER_SESSIONS` (default twice the concurrency; 0 opens
+    /// none): sessions held at once, each a process under the memory cap,
+    /// in places of their own beside the job slots.
+    pub sessions: usize,
     /// `RUNBOX_MAX_DELIVERIES`: deliveries after which a job is `worker_lost`.
     pub max_deliveries: u64,
     /// `RUNBOX_RECLAIM_IDLE_MS`: how long an entry may go without its
@@ -100,6 +104,7 @@ impl WorkerConfig {
             checkpoints: CheckpointLimits::from_env()?,
             name: env_or("RUNBOX_WORKER_NAME", format!("{host}-{}", &suffix[..8]))?,
             concurrency,
+            sessions: env_or("RUNBOX_WORKER_SESSIONS", 2 * concurrency)?,
             max_deliveries: env_or("RUNBOX_MAX_DELIVERIES", 3)?,
             reclaim_idle: Duration::from_millis(env_or("RUNBOX_RECLAIM_IDLE_MS", 10_000)?),
             shutdown_grace: Duration::from_millis(env_or("RUNBOX_SHUTDOWN_GRACE_MS", 30_000)?),

@@ -1,11 +1,15 @@
 //! The queue worker: claims jobs from Redis, runs each in the sandbox, and
 //! writes the result back.
 //!
-//! One intake loop owns the slots. It asks Redis only for as many entries
-//! as it has free slots (`COUNT = free`), so it never holds a job it cannot
-//! start, and now and then it takes over entries a dead worker left pending.
-//! Each job then runs on its own task. Beside the loop run a heartbeat (what
-//! this worker is, for `/v1/runtimes`) and a listener for cancel requests.
+//! One intake loop owns the job slots. It asks Redis only for as many
+//! entries as it has free slots (`COUNT = free`), so it never holds a job it
+//! cannot start, and now and then it takes over entries a dead worker left
+//! pending. Each job then runs on its own task. A second intake loop, the
+//! same code, owns the session places (`RUNBOX_WORKER_SESSIONS`): it claims
+//! sessions' start jobs from a stream of their own, and each session keeps
+//! its place for its life, so sessions never take a job slot and jobs never
+//! wait behind sessions. Beside the loops run a heartbeat (what this worker
+//! is, for `/v1/runtimes`) and a listener for cancel requests.
 //!
 //! Redis being away never ends the worker: every call that fails is logged
 //! and retried with backoff, and a result that cannot be written is retried
@@ -55,6 +59,8 @@ pub async fn run(
     let queue = Queue::connect(&config.shared.redis, &config.shared.queue)?;
     queue.check_server().await?;
     let claims = Queue::connect_blocking(&config.shared.redis, &config.shared.queue, CLAIM_BLOCK)?;
+    // Connects lazily: a worker without session places never opens it.
+    let session_claims = Queue::connect_blocking(&config.shared.redis, &config.shared.queue, CLAIM_BLOCK)?;
     let inbox = Queue::connect_blocking(&config.shared.redis, &config.shared.queue, sessions::INBOX_BLOCK)?;
     let sessions = Sessions::new(sandbox.clone(), config.pool.max > 0);
     let runner = Runner::pooled(Arc::new(sandbox), config.pool);
@@ -82,11 +88,18 @@ pub async fn run(
     // Announced once /v1/runtimes can list it (or Redis said no).
     let _ = sent.await;
 
-    info!(worker = %worker.config.name, concurrency = worker.config.concurrency, "worker started");
-    let intake = intake(worker.clone(), claims, stop.clone(), tasks.clone());
+    info!(
+        worker = %worker.config.name,
+        concurrency = worker.config.concurrency,
+        sessions = worker.config.sessions,
+        "worker started"
+    );
+    let jobs = intake(worker.clone(), Lane::Jobs, claims, stop.clone(), tasks.clone());
+    let sessions = intake(worker.clone(), Lane::Sessions, session_claims, stop.clone(), tasks.clone());
+    let intake = async { tokio::join!(jobs, sessions) };
     tokio::pin!(intake);
     tokio::select! {
-        () = &mut intake => {}
+        _ = &mut intake => {}
         () = shutdown => {
             info!("shutting down: no new jobs; waiting for running ones");
             stop.cancel();
@@ -108,8 +121,48 @@ pub async fn run(
     Ok(())
 }
 
-async fn intake(worker: Arc<Worker>, claims: Queue, stop: CancellationToken, tasks: TaskTracker) {
-    let slots = Arc::new(Semaphore::new(worker.config.concurrency));
+/// What an intake loop claims, and into what.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Lane {
+    /// Jobs, from the owners' streams in turn, into job slots.
+    Jobs,
+    /// Sessions' start jobs, from the session-starts stream, into session
+    /// places, each held for its session's life.
+    Sessions,
+}
+
+impl Lane {
+    /// How many of this lane's entries the worker holds at once.
+    fn places(self, worker: &Worker) -> usize {
+        match self {
+            Lane::Jobs => worker.config.concurrency,
+            Lane::Sessions => worker.config.sessions,
+        }
+    }
+
+    async fn claim(self, worker: &Worker, claims: &Queue, count: usize) -> Result<Vec<Claimed>, QueueError> {
+        match self {
+            Lane::Jobs => claims.claim(&worker.config.name, count, CLAIM_BLOCK).await,
+            Lane::Sessions => claims.claim_session_starts(&worker.config.name, count, CLAIM_BLOCK).await,
+        }
+    }
+
+    async fn reclaim(self, worker: &Worker, count: usize) -> Result<Vec<Claimed>, QueueError> {
+        let (name, idle) = (&worker.config.name, worker.config.reclaim_idle);
+        match self {
+            Lane::Jobs => worker.queue.reclaim(name, idle, count).await,
+            Lane::Sessions => worker.queue.reclaim_session_starts(name, idle, count).await,
+        }
+    }
+}
+
+/// Claims `lane`'s entries while it has places free, and runs each on a
+/// task of `tasks`, until `stop`.
+async fn intake(worker: Arc<Worker>, lane: Lane, claims: Queue, stop: CancellationToken, tasks: TaskTracker) {
+    if lane.places(&worker) == 0 {
+        return;
+    }
+    let slots = Arc::new(Semaphore::new(lane.places(&worker)));
     let mut backoff = Backoff::new();
     let mut last_reclaim = Instant::now();
     // An entry idle past `reclaim_idle` belongs to a worker that stopped
@@ -136,9 +189,9 @@ async fn intake(worker: Arc<Worker>, claims: Queue, stop: CancellationToken, tas
         let asked = Instant::now();
         let claimed = if reclaiming {
             last_reclaim = Instant::now();
-            worker.queue.reclaim(&worker.config.name, worker.config.reclaim_idle, permits.len()).await
+            lane.reclaim(&worker, permits.len()).await
         } else {
-            claims.claim(&worker.config.name, permits.len(), CLAIM_BLOCK).await
+            lane.claim(&worker, &claims, permits.len()).await
         };
         let outage = asked.elapsed() > if reclaiming { OUTAGE } else { CLAIM_BLOCK + OUTAGE };
         if outage || claimed.is_err() {
@@ -157,7 +210,7 @@ async fn intake(worker: Arc<Worker>, claims: Queue, stop: CancellationToken, tas
             Ok(entries) if reclaiming => {
                 if !entries.is_empty() {
                     worker.metrics.reclaimed.inc_by(entries.len() as u64);
-                    info!(count = entries.len(), "took over jobs from a worker that stopped answering");
+                    info!(count = entries.len(), ?lane, "took over jobs from a worker that stopped answering");
                 }
                 Ok(entries)
             }
@@ -178,7 +231,7 @@ async fn intake(worker: Arc<Worker>, claims: Queue, stop: CancellationToken, tas
             Err(e) => {
                 worker.metrics.redis_errors.inc();
                 let delay = backoff.next();
-                warn!(error = %e, retry_in = ?delay, "could not claim jobs");
+                warn!(error = %e, retry_in = ?delay, ?lane, "could not claim jobs");
                 tokio::select! {
                     () = tokio::time::sleep(delay) => {}
                     () = stop.cancelled() => return,
@@ -221,7 +274,9 @@ impl Worker {
                 tracing::Span::current().record("duration_ms", ran.outcome.duration_ms);
                 self.finish(&entry, &ran).await;
                 info!("job finished");
-                // A session's start job keeps its slot for the session's life.
+                // A session's start job keeps its place (a session place,
+                // as it came from the session-starts stream) for the
+                // session's life.
                 if let Some(session) = session {
                     self.serve_session(session).await;
                 }
@@ -345,6 +400,7 @@ async fn heartbeat(worker: Arc<Worker>, stop: CancellationToken, first: tokio::s
             python_packages: python_packages.clone(),
             isolation: sandbox.isolation.layers().into_iter().map(str::to_owned).collect(),
             concurrency: worker.config.concurrency,
+            session_capacity: worker.config.sessions,
             pool_max: worker.config.pool.max,
             memory_mb: sandbox.limits.memory_mb,
             max_output_bytes: sandbox.limits.max_output_bytes,

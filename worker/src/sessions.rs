@@ -3,11 +3,13 @@
 //! through which their execs, checkpoints and destroys arrive (see
 //! `runbox_common::session` for the whole protocol).
 //!
-//! A session starts as an ordinary job: the worker that claims its start
-//! job opens a [`SessionChild`], marks the session idle on itself, answers
-//! the start job, and then keeps the job's slot while the session lives
-//! ([`Worker::serve_session`]). Tasks for it arrive on this worker's inbox
-//! list ([`inbox`]), are verified like any job, and run one at a time.
+//! A session starts as a job on the session-starts stream, which a worker
+//! claims only into one of its session places (`RUNBOX_WORKER_SESSIONS`,
+//! apart from its job slots): the worker opens a [`SessionChild`], marks
+//! the session idle on itself, answers the start job, and then keeps the
+//! place while the session lives ([`Worker::serve_session`]). Tasks for
+//! it arrive on this worker's inbox list ([`inbox`]), are verified like any
+//! job, and run one at a time.
 //!
 //! A session ends when its owner destroys it, when it has been idle for its
 //! idle timeout or lived its lifetime (expired), or when its process dies:
@@ -110,7 +112,7 @@ impl Worker {
         (outcome, Some(opened))
     }
 
-    /// Serves session `opened` until it ends; the caller holds its slot.
+    /// Serves session `opened` until it ends; the caller holds its place.
     pub(crate) async fn serve_session(&self, mut opened: Opened) {
         let span = info_span!("session", id = %opened.id, language = %opened.language);
         async {

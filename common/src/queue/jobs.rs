@@ -383,8 +383,19 @@ impl Queue {
     /// Takes over up to `count` entries that have been pending longer than
     /// `min_idle` (their worker died or hung), for `consumer`.
     pub async fn reclaim(&self, consumer: &str, min_idle: Duration, count: usize) -> Result<Vec<Claimed>, QueueError> {
+        self.reclaim_from(self.owner_streams().await?, consumer, min_idle, count).await
+    }
+
+    /// [`Queue::reclaim`] from `streams`.
+    pub(super) async fn reclaim_from(
+        &self,
+        streams: Vec<String>,
+        consumer: &str,
+        min_idle: Duration,
+        count: usize,
+    ) -> Result<Vec<Claimed>, QueueError> {
         let mut claimed = Vec::new();
-        for stream in self.owner_streams().await? {
+        for stream in streams {
             if claimed.len() >= count {
                 break;
             }
@@ -637,7 +648,7 @@ static CANCELLED_RESULT: LazyLock<String> = LazyLock::new(|| {
 /// only for a malformed reply. A deleted entry (no fields) or a foreign one (other fields) comes
 /// back with empty strings: its signature cannot verify, so the worker ends
 /// it as `rejected` instead of leaving it pending forever.
-fn parse_entry(value: Value, stream: &str, deliveries: u64) -> Option<Claimed> {
+pub(super) fn parse_entry(value: Value, stream: &str, deliveries: u64) -> Option<Claimed> {
     let (entry, fields) = entry_fields(value)?;
     Some(Claimed {
         handover: Handover::Stream { stream: stream.to_owned(), entry },

@@ -62,6 +62,7 @@ pub use callbacks::CallbackDue;
 pub use jobs::{
     Cancelled, Claimed, Enqueued, Handover, Idempotency, JobRecord, JobSummary, NewJob, OverQuota, Quota, Timings,
 };
+pub use sessions::Admission;
 
 use crate::connection::{Connection, RedisTarget, pubsub_client};
 use crate::keys::QueueKeys;
@@ -175,7 +176,7 @@ impl Queue {
     }
 
     /// Creates `stream` and its consumer `group` unless they exist.
-    async fn create_group(&self, stream: &str, group: &str) -> Result<(), QueueError> {
+    pub(super) async fn create_group(&self, stream: &str, group: &str) -> Result<(), QueueError> {
         let created: RedisResult<()> = redis::cmd("XGROUP")
             .arg("CREATE")
             .arg(stream)

@@ -3,11 +3,17 @@
 //! Every step of a session is a signed job, so the worker trusts a session
 //! exactly as far as it trusts a job:
 //!
-//! - **start** goes through the ordinary queue (fair turns, backpressure,
-//!   takeover). The worker that claims it boots the session's child,
-//!   restores a checkpoint if asked, marks the session `idle` on itself
-//!   ([`Queue::session_ready`]) and keeps one slot for as long as the
-//!   session lives.
+//! - **create** admits a session only within its owner's share and the
+//!   fleet's session places ([`Queue::create_session`]), counted in one
+//!   set of every live session; past either it is refused at once.
+//! - **start** is a job on a stream of its own, the session-starts stream
+//!   ([`Queue::enqueue_session_start`]), which a worker reads only while it
+//!   has a session place free ([`Queue::claim_session_starts`]), apart
+//!   from its job slots; a start whose worker died is taken over like a
+//!   job ([`Queue::reclaim_session_starts`]). The worker that claims it
+//!   boots the session's child, restores a checkpoint if asked, marks the
+//!   session `idle` on itself ([`Queue::session_ready`]) and keeps the
+//!   place for as long as the session lives.
 //! - **exec**, **checkpoint** and **destroy** go to that worker alone: the
 //!   api writes the job hash and pushes its id onto the worker's inbox list
 //!   in one script ([`Queue::send_to_session`]), which also takes the
@@ -23,12 +29,12 @@
 use std::sync::LazyLock;
 use std::time::Duration;
 
-use redis::{AsyncCommands, Script};
+use redis::{AsyncCommands, RedisResult, Script, Value};
 
-use super::jobs::ttl_s;
-use super::{Claimed, Decimal, Handover, Queue, QueueError, to_json};
+use super::jobs::{enqueued, parse_entry, ttl_s};
+use super::{Claimed, Decimal, Enqueued, Handover, NewJob, Queue, QueueError, Quota, to_json};
 use crate::config::millis;
-use crate::{Checkpoint, CheckpointInfo, Language, Recovery, Sent, SessionRecord, SessionStatus};
+use crate::{Checkpoint, CheckpointInfo, Language, Recovery, Sent, SessionRecord, SessionStatus, keys};
 
 // The scripts are files under `lua/` (see `jobs`), joined with their
 // preludes at compile time.
@@ -47,6 +53,13 @@ static SEND_SCRIPT: LazyLock<Script> =
 static IDLE_SCRIPT: LazyLock<Script> =
     LazyLock::new(|| Script::new(concat!(include_str!("../lua/now_ms.lua"), include_str!("../lua/session_idle.lua"))));
 static END_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../lua/session_end.lua")));
+static START_SCRIPT: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        include_str!("../lua/prefix.lua"),
+        include_str!("../lua/quota.lua"),
+        include_str!("../lua/session_start.lua"),
+    ))
+});
 static RECOVER_SCRIPT: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(include_str!("../lua/prefix.lua"), include_str!("../lua/session_recover.lua")))
 });
@@ -62,8 +75,32 @@ struct CreateArgs<'a> {
     expires_at_ms: Decimal,
     created_at: &'a str,
     per_token: u64,
+    capacity: u64,
     ttl_s: Decimal,
     prefix: &'a str,
+}
+
+/// session_start.lua's argument table; the payload and signature follow it.
+#[derive(serde::Serialize)]
+struct StartArgs<'a> {
+    id: &'a str,
+    owner: &'a str,
+    language: &'a str,
+    created_at: &'a str,
+    quota_max_active: u64,
+    quota_per_second: u64,
+    group: &'a str,
+    prefix: &'a str,
+}
+
+/// Whether a session was admitted ([`Queue::create_session`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Admission {
+    Created,
+    /// Its owner holds its share of live sessions already.
+    OverShare,
+    /// Every session place of the fleet is taken.
+    Full,
 }
 
 /// session_send.lua's argument table; the payload and signature follow it.
@@ -87,7 +124,8 @@ struct RecoverArgs<'a> {
 
 impl Queue {
     /// Creates session `id` of `owner`, `starting`, unless the owner already
-    /// holds `per_token` live sessions (0: no cap). False when over the cap.
+    /// holds `per_token` live sessions (0: no cap) or `capacity` sessions
+    /// are live in all.
     #[allow(clippy::too_many_arguments)]
     pub async fn create_session(
         &self,
@@ -98,8 +136,9 @@ impl Queue {
         expires_at_ms: u64,
         created_at: &str,
         per_token: u64,
+        capacity: u64,
         ttl: Duration,
-    ) -> Result<bool, QueueError> {
+    ) -> Result<Admission, QueueError> {
         let args = CreateArgs {
             owner,
             language: language.as_str(),
@@ -107,16 +146,100 @@ impl Queue {
             expires_at_ms: Decimal(expires_at_ms),
             created_at,
             per_token,
+            capacity,
             ttl_s: ttl_s(ttl),
             prefix: &self.keys.prefix,
         };
         let created: i64 = CREATE_SCRIPT
             .key(self.keys.session(id))
             .key(self.keys.owner_sessions(owner))
+            .key(self.keys.live_sessions())
             .arg(to_json(&args)?)
             .invoke_async(&mut self.conn.clone())
             .await?;
-        Ok(created == 1)
+        Ok(match created {
+            1 => Admission::Created,
+            0 => Admission::OverShare,
+            _ => Admission::Full,
+        })
+    }
+
+    /// Enqueues `job`, the start job of a session, on the session-starts
+    /// stream, within its owner's job `quota`.
+    pub async fn enqueue_session_start(&self, job: &NewJob<'_>, quota: Quota) -> Result<Enqueued, QueueError> {
+        let args = StartArgs {
+            id: job.id,
+            owner: job.owner,
+            language: job.language,
+            created_at: job.created_at,
+            quota_max_active: quota.max_active,
+            quota_per_second: quota.per_second,
+            group: keys::GROUP,
+            prefix: &self.keys.prefix,
+        };
+        let reply: Value = START_SCRIPT
+            .key(self.keys.session_starts())
+            .key(self.keys.job(job.id))
+            .arg(to_json(&args)?)
+            .arg(job.payload)
+            .arg(job.signature)
+            .invoke_async(&mut self.conn.clone())
+            .await?;
+        enqueued(reply)
+    }
+
+    /// Claims up to `count` session start jobs for `consumer`, waiting up
+    /// to `block` for one; for a worker with that many session places free.
+    pub async fn claim_session_starts(
+        &self,
+        consumer: &str,
+        count: usize,
+        block: Duration,
+    ) -> Result<Vec<Claimed>, QueueError> {
+        let stream = self.keys.session_starts();
+        let read: RedisResult<Value> = redis::cmd("XREADGROUP")
+            .arg("GROUP")
+            .arg(keys::GROUP)
+            .arg(consumer)
+            .arg("COUNT")
+            .arg(count)
+            .arg("BLOCK")
+            .arg(millis(block).max(1))
+            .arg("STREAMS")
+            .arg(&stream)
+            .arg(">")
+            .query_async(&mut self.conn.clone())
+            .await;
+        let reply = match read {
+            // No start was ever enqueued, or Redis lost the group (a restart
+            // without persistence): make it, and read again next time.
+            Err(e) if e.code() == Some("NOGROUP") => {
+                self.create_group(&stream, keys::GROUP).await?;
+                return Ok(Vec::new());
+            }
+            other => other?,
+        };
+        // Reply: nil, or [[stream, [[entry, [field, value, ...]], ...]]]
+        let Value::Array(streams) = reply else { return Ok(Vec::new()) };
+        let mut claimed = Vec::new();
+        for item in streams {
+            let Value::Array(mut parts) = item else { return Err(QueueError::Protocol("XREADGROUP".into())) };
+            if let Some(Value::Array(entries)) = parts.pop() {
+                claimed.extend(entries.into_iter().filter_map(|entry| parse_entry(entry, &stream, 1)));
+            }
+        }
+        Ok(claimed)
+    }
+
+    /// Takes over up to `count` session start jobs pending longer than
+    /// `min_idle` (their worker died while opening them), for `consumer`.
+    pub async fn reclaim_session_starts(
+        &self,
+        consumer: &str,
+        min_idle: Duration,
+        count: usize,
+    ) -> Result<Vec<Claimed>, QueueError> {
+        self.reclaim_from(vec![self.keys.session_starts()], consumer, min_idle, count).await
     }
 
     /// Reads session `id`, or None if it never existed or has expired.
@@ -261,6 +384,7 @@ impl Queue {
         let ended: i64 = END_SCRIPT
             .key(self.keys.session(id))
             .key(self.keys.owner_sessions(owner))
+            .key(self.keys.live_sessions())
             .arg(status.as_str())
             .arg(reason)
             .arg(ttl.as_secs().max(1))
@@ -283,6 +407,7 @@ impl Queue {
         let reply: String = RECOVER_SCRIPT
             .key(self.keys.session(id))
             .key(self.keys.owner_sessions(owner))
+            .key(self.keys.live_sessions())
             .arg(to_json(&args)?)
             .invoke_async(&mut self.conn.clone())
             .await?;

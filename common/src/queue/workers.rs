@@ -36,7 +36,8 @@ impl Queue {
         if silent.is_empty() {
             return Ok(Vec::new());
         }
-        let streams = self.owner_streams().await?;
+        let mut streams = self.owner_streams().await?;
+        streams.push(self.keys.session_starts());
         let mut forgotten = Vec::new();
         for name in silent {
             let mut holds_entries = false;

@@ -145,7 +145,7 @@ fn every_lua_file_opens_with_what_it_does_its_keys_and_its_argv_and_is_used() {
 }
 
 /// The scripts that take their arguments as one table in ARGV[1].
-const TABLE_SCRIPTS: [&str; 7] = [
+const TABLE_SCRIPTS: [&str; 8] = [
     "cancel.lua",
     "enqueue.lua",
     "enqueue_batch.lua",
@@ -153,6 +153,7 @@ const TABLE_SCRIPTS: [&str; 7] = [
     "session_create.lua",
     "session_recover.lua",
     "session_send.lua",
+    "session_start.lua",
 ];
 
 /// The fields a script reads of its table `a`: each `a.name` outside comments.

@@ -3,16 +3,30 @@
 
 use std::time::Duration;
 
-use runbox_common::{CheckpointInfo, Handover, Language, Queue, Recovery, Sent, SessionStatus, Status};
+use runbox_common::{Admission, CheckpointInfo, Handover, Language, Queue, Recovery, Sent, SessionStatus, Status};
 
 use crate::util::{Redis, ScriptRedis, TTL, finish, keys, outcome};
 
 const OWNER: &str = "alice";
 
 async fn create(queue: &Queue, id: &str, idle: Duration, per_token: u64) -> bool {
+    admit(queue, OWNER, id, idle, per_token, 100).await == Admission::Created
+}
+
+async fn admit(queue: &Queue, owner: &str, id: &str, idle: Duration, per_token: u64, capacity: u64) -> Admission {
     let expires_at_ms = runbox_common::now_unix_ms() + 3_600_000;
     queue
-        .create_session(id, OWNER, Language::Python, idle, expires_at_ms, "2026-01-01T00:00:00Z", per_token, TTL)
+        .create_session(
+            id,
+            owner,
+            Language::Python,
+            idle,
+            expires_at_ms,
+            "2026-01-01T00:00:00Z",
+            per_token,
+            capacity,
+            TTL,
+        )
         .await
         .expect("redis")
 }
@@ -165,11 +179,12 @@ async fn a_sessions_times_and_task_reach_redis_exactly() {
             expires_at_ms,
             "2026-01-01T00:00:00.5Z",
             0,
+            1,
             TTL,
         )
         .await
         .expect("redis");
-    assert!(created);
+    assert_eq!(created, Admission::Created);
     let record = queue.get_session("s/1").await.expect("redis").expect("it exists");
     assert_eq!((record.expires_at_ms, record.idle_timeout_s), (expires_at_ms, idle_ms / 1000));
     assert_eq!(
@@ -240,4 +255,68 @@ async fn a_task_from_the_inbox_starts_and_finishes_without_a_stream_entry() {
     let streams: Vec<String> = redis.cmd(redis::cmd("KEYS").arg("*stream*")).await;
     let tasks: Vec<String> = redis.cmd(redis::cmd("KEYS").arg("*session-tasks*")).await;
     assert!(tasks.is_empty() && streams.iter().all(|k| !k.contains("session")), "{streams:?} {tasks:?}");
+}
+
+#[tokio::test]
+async fn the_fleets_capacity_counts_every_owners_live_sessions_and_frees_with_each_end() {
+    let redis = Redis::start().await;
+    let queue = redis.queue();
+    let live = || async { redis.cmd::<u64>(redis::cmd("SCARD").arg(keys().live_sessions())).await };
+    let long = Duration::from_secs(600);
+    assert_eq!(admit(&queue, "alice", "a1", long, 1, 2).await, Admission::Created);
+    assert_eq!(admit(&queue, "alice", "a2", long, 1, 2).await, Admission::OverShare, "alice's share is 1");
+    assert_eq!(admit(&queue, "bob", "b1", long, 1, 2).await, Admission::Created);
+    assert_eq!(admit(&queue, "carol", "c1", long, 1, 2).await, Admission::Full, "two places, both taken");
+    assert_eq!(live().await, 2);
+
+    // Each way a session ends frees its place: ended by its owner or worker ...
+    assert!(queue.end_session("a1", "alice", SessionStatus::Closed, "destroyed", TTL, None).await.expect("redis"));
+    assert_eq!(admit(&queue, "carol", "c1", Duration::from_millis(1), 1, 2).await, Admission::Created);
+    // ... idle past its timeout with no worker to notice, found by another owner's create ...
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    assert_eq!(admit(&queue, "dave", "d1", long, 1, 2).await, Admission::Created);
+    assert_eq!(status(&queue, "c1").await, SessionStatus::Expired);
+    // ... or lost with its worker.
+    assert!(queue.session_ready("b1", "w1", None).await.expect("redis"));
+    assert_eq!(queue.recover_session("b1", "bob", "w1", TTL).await.expect("redis"), Recovery::Lost);
+    assert_eq!(live().await, 1);
+    assert_eq!(admit(&queue, "erin", "e1", long, 1, 2).await, Admission::Created);
+    assert_eq!(admit(&queue, "frank", "f1", long, 1, 2).await, Admission::Full);
+    // A session whose hash is gone holds no place.
+    let _: i64 = redis.cmd(redis::cmd("DEL").arg(keys().session("d1"))).await;
+    assert_eq!(admit(&queue, "frank", "f1", long, 1, 2).await, Admission::Created);
+}
+
+#[tokio::test]
+async fn a_session_start_is_claimed_from_its_own_stream_and_taken_over_from_a_dead_worker() {
+    let redis = Redis::start().await;
+    let queue = redis.queue();
+    let quota = runbox_common::Quota::default();
+    assert!(queue.claim_session_starts("w1", 1, Duration::from_millis(10)).await.expect("redis").is_empty());
+    let job = runbox_common::NewJob {
+        id: "start1",
+        owner: OWNER,
+        language: "python",
+        payload: "{}",
+        signature: "sig",
+        created_at: "2026-01-01T00:00:00Z",
+        callback: None,
+        compat: None,
+    };
+    assert_eq!(queue.enqueue_session_start(&job, quota).await.expect("redis"), runbox_common::Enqueued::Accepted);
+    assert_eq!(queue.depth().await.expect("redis"), 0, "a start is no job in the queue's depth");
+    let claimed = queue.claim_session_starts("w1", 2, Duration::from_millis(10)).await.expect("redis");
+    assert_eq!(claimed.iter().map(|c| c.id.as_str()).collect::<Vec<_>>(), ["start1"]);
+    assert_eq!(claimed[0].stream_entry().map(|(stream, _)| stream.to_owned()), Some(keys().session_starts()));
+    assert!(queue.claim_session_starts("w2", 1, Duration::from_millis(10)).await.expect("redis").is_empty());
+    assert!(queue.claim("w2", 1, Duration::from_millis(10)).await.expect("redis").is_empty(), "no job slot sees it");
+
+    // w1 dies while opening it: once idle long enough, w2 takes it over.
+    assert!(queue.reclaim_session_starts("w2", Duration::from_secs(60), 1).await.expect("redis").is_empty());
+    tokio::time::sleep(Duration::from_millis(30)).await;
+    let taken = queue.reclaim_session_starts("w2", Duration::from_millis(20), 1).await.expect("redis");
+    assert_eq!((taken.len(), taken[0].id.as_str(), taken[0].deliveries), (1, "start1", 2));
+    finish(&queue, &taken[0], &outcome(Status::Completed, "")).await;
+    let left: u64 = redis.cmd(redis::cmd("XLEN").arg(keys().session_starts())).await;
+    assert_eq!(left, 0, "its entry is acknowledged and deleted with its result");
 }
