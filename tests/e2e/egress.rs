@@ -436,6 +436,39 @@ async fn a_job_ending_mid_answer_leaves_the_link_clean_for_the_next() {
     }
 }
 
+/// Issue 43's review: a shared-lane job's requests still queued in its
+/// harness when it ends (1,000 un-awaited, then `Deno.exit`) were written
+/// once the next job of the same child had begun, and the proxy sent them
+/// as that job's, under its caps and in its `network`. Each request bears
+/// its job's nonce now, and one whose job has ended is refused.
+#[tokio::test]
+async fn an_ended_jobs_queued_requests_are_never_the_next_jobs() {
+    let s = EgressStack::start(&[("RUNBOX_WORKER_CONCURRENCY", "1")]).await;
+    let leaves = format!(
+        "for (let i = 0; i < 1000; i++) fetch('{}').catch(() => {{}});\n\
+         await new Promise((resolve) => setTimeout(resolve, 0));\n\
+         console.log(200);\n\
+         Deno.exit(0);",
+        s.up.url("http", "/slow?ms=1500&from=ended")
+    );
+    let next = format!("console.log((await fetch('{}')).status);", s.up.url("http", "/echo?from=next"));
+    let mut warm = 0;
+    for round in 0..5 {
+        let jobs = [("javascript", &leaves), ("javascript", &next)]
+            .map(|(language, code)| json!({ "language": language, "code": code }));
+        let submitted = s.post_as(ALICE, "/v1/batches", json!({ "jobs": jobs, "shared_runtime": true })).await;
+        let ids: Vec<&str> =
+            submitted["job_ids"].as_array().expect("job_ids").iter().filter_map(Value::as_str).collect();
+        let first = s.get_as(ALICE, &format!("/v1/jobs/{}?wait=60", ids[0])).await;
+        assert_eq!((first["status"].as_str(), stdout(&first)), (Some("completed"), "200\n"), "round {round}: {first}");
+        let job = s.get_as(ALICE, &format!("/v1/jobs/{}?wait=60", ids[1])).await;
+        assert_eq!((job["status"].as_str(), stdout(&job)), (Some("completed"), "200\n"), "round {round}: {job}");
+        assert_eq!(job["network"][0]["requests"], 1, "round {round}: only its own request: {job}");
+        warm += usize::from(job["warm"] == true);
+    }
+    assert!(warm > 0, "no next job ran in the child the first had used");
+}
+
 #[tokio::test]
 async fn each_jobs_requests_connections_and_bytes_are_capped() {
     let caps = [

@@ -23,7 +23,6 @@ mod openapi;
 mod quotas;
 mod recovery;
 mod redis_setups;
-mod review_round4;
 mod roundtrip;
 mod session_capacity;
 mod sessions;

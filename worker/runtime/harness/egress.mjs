@@ -8,7 +8,9 @@
 // more than its own `fetch` would.
 //
 // The protocol (see link.rs): a line of JSON, then the raw body bytes it
-// announces, each way.
+// announces, each way. Each request bears the nonce of the job it was made
+// for (`begin`), taken when the job makes it: one still queued here when
+// its job has ended is refused by the proxy, never taken for the next job's.
 
 const encoder = new TextEncoder();
 const decoder = new TextDecoder();
@@ -33,6 +35,8 @@ class Egress {
   #conn;
   #pending = new Map();
   #nextId = 1;
+  /** The nonce of the job whose requests are taken now; null between jobs. */
+  #job = null;
   #buffer = new Uint8Array(0);
   /** The last write: each waits for the one before, so requests never interleave. */
   #writing = Promise.resolve();
@@ -48,10 +52,12 @@ class Egress {
    * redirected, headers), or rejects with the proxy's reason.
    */
   send(meta, body) {
+    if (this.#job === null) return Promise.reject(new TypeError("runbox egress: the job has ended"));
     const id = this.#nextId++;
     const line = encoder.encode(
       `${JSON.stringify({
         id,
+        job: this.#job,
         method: String(meta.method),
         url: String(meta.url),
         headers: meta.headers.map(([name, value]) => [String(name), String(value)]),
@@ -71,8 +77,14 @@ class Egress {
     return answer;
   }
 
-  /** Drops every request still waiting: its job has ended. */
+  /** Takes requests for the job whose frame bears `nonce`, until `clear`. */
+  begin(nonce) {
+    this.#job = String(nonce);
+  }
+
+  /** Drops every request still waiting, and takes no more: the job has ended. */
   clear() {
+    this.#job = null;
     this.#failAll("the job ended");
   }
 

@@ -273,6 +273,7 @@ async function serveOne() {
   const realm = await newRealm(assets);
   Deno.permissions.revokeSync({ name: "read" });
   const frame = awaitJob();
+  egress?.begin(frame.nonce);
   const { status, memoryError, files } = await realm.run(jobOf(frame), egress);
   // The realm is left as it is: the runner measures what it holds.
   if (memoryError) claimOutOfMemory(frame.nonce);
@@ -294,6 +295,7 @@ async function serveShared() {
     let realm = next;
     next = null;
     // The job's time, and the runner's count of its memory, start now.
+    egress?.begin(frame.nonce);
     channel.report({ kind: "started" });
     fingerprint.begin();
     const heapBefore = heapInUse();
@@ -424,6 +426,7 @@ async function serveSession() {
       continue;
     }
     channel.report({ kind: "started" });
+    egress?.begin(frame.nonce);
     Atomics.store(flag, 0, 0);
     let interrupted = false;
     const timer = setTimeout(() => {
@@ -433,6 +436,7 @@ async function serveSession() {
     const { status, memoryError } = resultOf(await realm.ask({ op: "run", job: jobOf(frame) }));
     clearTimeout(timer);
     Atomics.store(flag, 0, 0);
+    egress?.clear();
     endOutput(frame.nonce);
     channel.report({ kind: "end", status, interrupted, ...(memoryError ? { memory: true } : {}) });
   }

@@ -69,6 +69,9 @@ pub(super) struct Response {
 
 /// The job a link serves now: its rules, and its token's secrets.
 pub(super) struct JobEgress {
+    /// The job's frame nonce, which its harness stamps on every request it
+    /// makes for the job (see `link.rs`).
+    pub tag: String,
     pub egress: Egress,
     pub secrets: Arc<TokenSecrets>,
     pub usage: Mutex<Usage>,

@@ -4,8 +4,8 @@
 //! The protocol, both ways a line of JSON and then the raw bytes it
 //! announces (`body`):
 //!
-//! - harness → proxy: `{"id", "method", "url", "headers": [[name, value]],
-//!   "redirect": "follow" | "manual" | "error", "body"}`;
+//! - harness → proxy: `{"id", "job", "method", "url", "headers": [[name,
+//!   value]], "redirect": "follow" | "manual" | "error", "body"}`;
 //! - proxy → harness: `{"id", "status", "status_text", "url", "redirected",
 //!   "headers", "body"}`, or `{"id", "error"}`.
 //!
@@ -15,6 +15,11 @@
 //! judged by the rules of the job the link serves at that moment
 //! ([`Link::begin`]). A job's requests still running when it ends are
 //! dropped with it, so an answer never reaches the next job.
+//!
+//! Each request bears the nonce of the job's frame, which its harness
+//! stamped when the job made it (`job`): one that arrives once its job has
+//! ended (written late, from the harness's queue) is refused, never judged
+//! by, sent for or counted against the job the link serves by then.
 //!
 //! Answers are written by one task of their own, each whole: a request
 //! dropped with its job is dropped before its answer is queued, never
@@ -66,6 +71,9 @@ pub struct Link {
 #[derive(Deserialize)]
 struct Envelope {
     id: u64,
+    /// The nonce of the job that made the request.
+    #[serde(default)]
+    job: String,
     #[serde(default)]
     body: u64,
     #[serde(flatten)]
@@ -95,11 +103,14 @@ impl Link {
         &self.path
     }
 
-    /// From now on, requests are judged by `egress` (None: each is refused).
-    pub fn begin(&self, egress: Option<&Egress>) {
+    /// From now on, requests the harness made for the job whose frame
+    /// bears `nonce` are judged by `egress` (None: each is refused), and
+    /// any other is refused.
+    pub fn begin(&self, egress: Option<&Egress>, nonce: &str) {
         self.cancel_requests();
         let job = egress.map(|egress| {
             Arc::new(JobEgress {
+                tag: nonce.to_owned(),
                 egress: egress.clone(),
                 secrets: self.proxy.secrets.get(&egress.token).cloned().unwrap_or_default(),
                 usage: Mutex::new(Usage::default()),
@@ -167,8 +178,11 @@ async fn serve(
             Ok(n) if n > 0 && line.last() == Some(&b'\n') => {}
             _ => return true,
         }
-        let Ok(Envelope { id, body, request }) = serde_json::from_slice::<Envelope>(&line) else { return true };
-        let job = lock(&current).clone();
+        let Ok(Envelope { id, job: tag, body, request }) = serde_json::from_slice::<Envelope>(&line) else {
+            return true;
+        };
+        // Only the job that made the request: see the header.
+        let job = lock(&current).clone().filter(|job| job.tag == tag);
         let cap = job.as_ref().map_or(0, |job| job.limits.max_bytes);
         if body > cap {
             // Skipped unread, so the link stays in step.

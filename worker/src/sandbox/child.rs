@@ -303,7 +303,7 @@ impl BootedChild {
             timeout_ms: None,
             egress: spec.egress.is_some(),
         };
-        egress.begin(spec.egress.as_ref());
+        egress.begin(spec.egress.as_ref(), &nonce);
         let frame = match serde_json::to_vec(&frame) {
             Ok(frame) => frame,
             Err(e) => return Outcome::internal_error(format!("could not encode the job: {e}")),

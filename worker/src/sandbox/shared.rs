@@ -641,7 +641,7 @@ impl SharedChild {
             job_memory_mb,
             live: live.clone(),
         };
-        self.egress.begin(spec.egress.as_ref());
+        self.egress.begin(spec.egress.as_ref(), &nonce);
         let exchange = self.exchange(&frame, &[], &nonce, &bounds, cancel).await;
         let network = self.egress.end();
         let Exchange { ending, stdout, stderr, files, duration, usage, .. } = exchange;
