@@ -478,6 +478,7 @@ mod tests {
     fn job_with_secret(value: &str) -> JobEgress {
         let secret = Secret { host: "api.example.com".parse().expect("rule"), value: value.to_owned() };
         JobEgress {
+            tag: "job".into(),
             egress: Egress { token: "t".into(), rules: vec!["api.example.com".parse().expect("rule")] },
             secrets: Arc::new(TokenSecrets::new([(&"K".to_owned(), &secret)])),
             usage: Mutex::default(),

@@ -1,6 +1,6 @@
-//! The frame markers are written by the harness (`protocol.mjs`) and read
-//! here: this test holds the two spellings to each other, so neither side
-//! can change one alone.
+//! The frame markers and caps are written by the harness (`protocol.mjs`)
+//! and read here: these tests hold the two spellings to each other, so
+//! neither side can change one alone.
 
 use std::collections::BTreeMap;
 
@@ -40,4 +40,13 @@ fn the_harness_writes_the_markers_the_runner_reads() {
     for (name, value) in &runner {
         assert_eq!(harness[*name], *value, "{name} differs between protocol.mjs and the runner");
     }
+}
+
+#[test]
+fn the_harness_cuts_a_reason_where_the_runner_caps_it() {
+    let harness = PROTOCOL
+        .lines()
+        .find_map(|line| line.trim().strip_prefix("const MAX_REASON_BYTES = ")?.strip_suffix(';'))
+        .expect("protocol.mjs defines MAX_REASON_BYTES");
+    assert_eq!(harness.parse::<usize>().ok(), Some(super::channel::MAX_REASON_BYTES));
 }
