@@ -469,6 +469,96 @@ async fn an_ended_jobs_queued_requests_are_never_the_next_jobs() {
     assert!(warm > 0, "no next job ran in the child the first had used");
 }
 
+/// Issue 43's second review: a request a session's timer made between two
+/// execs was taken by the harness only once the next exec had begun (it
+/// blocked on the next frame meanwhile), and sent and counted as that
+/// exec's. Between execs the harness now waits with its event loop running,
+/// and refuses it. Each exec after the first checks whether the timer has
+/// fired; the first that saw it fired began after the request was made,
+/// and carries no request. An exec the timer fired in (the first, say, on
+/// a busy machine) carries it, and every request sent is one an exec
+/// carries.
+async fn a_request_made_between_execs(language: &str, leave: &str, check: &str) {
+    let s = EgressStack::start(&[]).await;
+    let session = s.post_as(ALICE, "/v1/sessions", json!({ "language": language })).await;
+    let id = session["id"].as_str().expect("session id").to_owned();
+    let path = format!("/v1/sessions/{id}/exec?wait=60");
+    let exec = |code: String| s.post_as(ALICE, &path, json!({ "code": code }));
+    let first = exec(leave.replace("URL", &s.up.url("http", "/echo?from=between"))).await;
+    assert_eq!(first["status"], "completed", "{first}");
+    let mut execs = vec![first];
+    loop {
+        // The timer fires 100 ms after exec 1 ended (an exec waits for no
+        // interval): by the first wait, unless the machine is busy.
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+        let exec = exec(check.to_owned()).await;
+        assert_eq!(exec["status"], "completed", "{exec}");
+        let fired = stdout(&exec) == "fired\n";
+        execs.push(exec);
+        if fired {
+            break;
+        }
+        assert!(execs.len() < 60, "{language}: the timer never fired");
+    }
+    let after = execs.last().expect("an exec");
+    assert!(after.get("network").is_none(), "{language}: the request was sent as a later exec's: {after}");
+    let carried: u64 = execs.iter().filter_map(|e| e["network"][0]["requests"].as_u64()).sum();
+    let sent = s.up.received().iter().filter(|r| r["path"] == "/echo?from=between").count() as u64;
+    assert_eq!(sent, carried, "{language}: every request sent is an exec's: {execs:?}");
+}
+
+#[tokio::test]
+async fn a_sessions_request_made_between_execs_is_no_execs() {
+    a_request_made_between_execs(
+        "javascript",
+        "globalThis.fired = false;\n\
+         const timer = setInterval(() => {\n\
+           clearInterval(timer);\n\
+           globalThis.fired = true;\n\
+           fetch('URL').catch(() => {});\n\
+         }, 100);",
+        "console.log(globalThis.fired ? 'fired' : 'not yet');",
+    )
+    .await;
+    a_request_made_between_execs(
+        "python",
+        "import js\n\
+         from pyodide.ffi import create_once_callable\n\
+         fired = False\n\
+         def go():\n    global fired\n    fired = True\n    js.fetch('URL')\n\
+         js.setTimeout(create_once_callable(go), 100)",
+        "print('fired' if fired else 'not yet')",
+    )
+    .await;
+}
+
+/// Issue 43's second review: a JS program in a child of its own shares its
+/// harness's realm, and read what the harness stamped on its egress
+/// request, then its frame's nonce, through a `JSON.stringify` of its own.
+/// What it reads now is a tag for egress alone: the out-of-memory claim it
+/// forges with it is its own stderr, and the program goes on to exit 0
+/// (with the nonce, the runner took the claim and ended it).
+#[tokio::test]
+async fn a_program_in_its_harnesss_realm_learns_no_nonce_from_egress() {
+    let s = EgressStack::start(&[]).await;
+    let code = format!(
+        "let seen = '';\n\
+         const original = JSON.stringify;\n\
+         JSON.stringify = function (value, ...rest) {{\n\
+           if (value && typeof value === 'object' && 'job' in value) seen = String(value.job);\n\
+           return original.call(this, value, ...rest);\n\
+         }};\n\
+         await fetch('{}');\n\
+         console.log(seen.length);\n\
+         await Deno.stderr.write(new TextEncoder().encode('\\u0006runbox-out-of-memory:' + seen + '\\n'));\n\
+         await new Promise((resolve) => setTimeout(resolve, 200));\n\
+         console.log('still running');",
+        s.up.url("http", "/echo")
+    );
+    let job = s.run_as(ALICE, json!({ "language": "javascript", "code": code, "shared_runtime": false })).await;
+    assert_eq!((job["exit_code"].as_i64(), stdout(&job)), (Some(0), "32\nstill running\n"), "{job}");
+}
+
 #[tokio::test]
 async fn each_jobs_requests_connections_and_bytes_are_capped() {
     let caps = [

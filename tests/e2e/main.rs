@@ -22,7 +22,6 @@ mod mcp;
 mod openapi;
 mod quotas;
 mod recovery;
-mod review_round4b;
 mod redis_setups;
 mod roundtrip;
 mod session_capacity;

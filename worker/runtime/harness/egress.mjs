@@ -8,9 +8,11 @@
 // more than its own `fetch` would.
 //
 // The protocol (see link.rs): a line of JSON, then the raw body bytes it
-// announces, each way. Each request bears the nonce of the job it was made
-// for (`begin`), taken when the job makes it: one still queued here when
-// its job has ended is refused by the proxy, never taken for the next job's.
+// announces, each way. Each request bears the tag of the job it was made
+// for (the frame's `egress_tag`, given to `begin`), taken when the harness
+// takes the request: one still queued here when its job has ended is
+// refused by the proxy, never taken for the next job's. Between jobs the
+// harness takes none.
 
 const encoder = new TextEncoder();
 const decoder = new TextDecoder();
@@ -35,7 +37,7 @@ class Egress {
   #conn;
   #pending = new Map();
   #nextId = 1;
-  /** The nonce of the job whose requests are taken now; null between jobs. */
+  /** The tag of the job whose requests are taken now; null between jobs. */
   #job = null;
   #buffer = new Uint8Array(0);
   /** The last write: each waits for the one before, so requests never interleave. */
@@ -77,9 +79,9 @@ class Egress {
     return answer;
   }
 
-  /** Takes requests for the job whose frame bears `nonce`, until `clear`. */
-  begin(nonce) {
-    this.#job = String(nonce);
+  /** Takes requests for the job whose frame bears `tag` (none if it has none), until `clear`. */
+  begin(tag) {
+    this.#job = typeof tag === "string" ? tag : null;
   }
 
   /** Drops every request still waiting, and takes no more: the job has ended. */

@@ -66,7 +66,7 @@ if (egressPath) Deno.permissions.revokeSync({ name: "read", path: egressPath });
 Deno.permissions.revokeSync({ name: "write" });
 
 const job = awaitJob();
-egress?.begin(job.nonce);
+egress?.begin(job.egress_tag);
 if (job.egress && egress) globalThis.fetch = egressFetch((meta, body) => egress.send(meta, body));
 const typescript = job.language === "typescript";
 hideHostDetails(typescript ? "file:///main.ts" : "file:///main.js", job.args ?? [], /\bprocess\b/.test(job.code));
@@ -110,7 +110,7 @@ async function serveShared(channel, jobSource, fetchSource) {
   for (;;) {
     const frame = channel.readFrame();
     realm.begin();
-    egress?.begin(frame.nonce);
+    egress?.begin(frame.egress_tag);
     // A URL of the job's own, revoked once its Worker is up: the blob store
     // is the process's, and a job must not be able to break the next one's.
     const jobUrl = moduleUrl(jobSource);
@@ -173,7 +173,6 @@ async function serveSession(channel, sessionUrl, fetchSource) {
   };
   channel.report({ kind: "ready" });
   const open = channel.readFrame();
-  egress?.begin(open.nonce);
   openEgress(open);
   const replay = Array.isArray(open.replay) ? open.replay : [];
   for (let i = 0; i < replay.length; i++) {
@@ -186,13 +185,12 @@ async function serveSession(channel, sessionUrl, fetchSource) {
       return await new Promise(() => {});
     }
   }
-  egress?.clear();
   endOutput(open.nonce);
   channel.report({ kind: "end", status: 0 });
   for (;;) {
-    const frame = channel.readFrame();
+    const frame = await channel.nextFrame();
     channel.report({ kind: "started" });
-    egress?.begin(frame.nonce);
+    egress?.begin(frame.egress_tag);
     const { status, allocation } = await exec(frame.code, frame.memory_mb, 0);
     egress?.clear();
     endOutput(frame.nonce);

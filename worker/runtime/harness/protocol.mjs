@@ -173,17 +173,37 @@ export function readFrame() {
   return frameFrom(readExactly);
 }
 
+/**
+ * Reads a frame through `readExactly(n)`, which returns n bytes: a
+ * decimal length, "\n", then that many bytes of JSON.
+ */
 function frameFrom(readExactly) {
+  const frame = frameParts();
+  let step = frame.next();
+  while (!step.done) step = frame.next(readExactly(step.value));
+  return step.value;
+}
+
+/** As `frameFrom`, with a `readExactly` that returns a promise. */
+async function frameFromAsync(readExactly) {
+  const frame = frameParts();
+  let step = frame.next();
+  while (!step.done) step = frame.next(await readExactly(step.value));
+  return step.value;
+}
+
+/** A frame's parts: yields how many bytes it wants next, and is given them. */
+function* frameParts() {
   let header = "";
   for (;;) {
-    const [byte] = readExactly(1);
+    const [byte] = yield 1;
     if (byte === 0x0a) break;
     if (byte < 0x30 || byte > 0x39 || header.length > 10) throw new Error("malformed frame header");
     header += String.fromCharCode(byte);
   }
   const length = Number(header);
   if (!(length > 0 && length <= MAX_FRAME)) throw new Error(`bad frame length ${header}`);
-  return JSON.parse(new TextDecoder().decode(readExactly(length)));
+  return JSON.parse(new TextDecoder().decode(yield length));
 }
 
 /** True for the errors V8 throws when an allocation outside the JS heap fails. */
@@ -230,6 +250,25 @@ export class Channel {
   /** Blocks until the runner sends a frame, and returns it. */
   readFrame() {
     return frameFrom((n) => this.#readExactly(n));
+  }
+
+  /**
+   * Waits for the runner's next frame with this realm's event loop
+   * running, so that what arrives meanwhile is handled now, between jobs
+   * (a session's egress request is refused then, not taken for the next
+   * exec's once that has begun).
+   */
+  nextFrame() {
+    return frameFromAsync(async (n) => {
+      const out = new Uint8Array(n);
+      let got = 0;
+      while (got < n) {
+        const read = await this.#frames.read(out.subarray(got));
+        if (read === null) throw new Error(`the frames FIFO closed after ${got} of ${n} bytes`);
+        got += read;
+      }
+      return out;
+    });
   }
 
   /** Reads the `n` raw bytes the runner sends after a frame that announces them. */

@@ -273,7 +273,7 @@ async function serveOne() {
   const realm = await newRealm(assets);
   Deno.permissions.revokeSync({ name: "read" });
   const frame = awaitJob();
-  egress?.begin(frame.nonce);
+  egress?.begin(frame.egress_tag);
   const { status, memoryError, files } = await realm.run(jobOf(frame), egress);
   // The realm is left as it is: the runner measures what it holds.
   if (memoryError) claimOutOfMemory(frame.nonce);
@@ -295,7 +295,7 @@ async function serveShared() {
     let realm = next;
     next = null;
     // The job's time, and the runner's count of its memory, start now.
-    egress?.begin(frame.nonce);
+    egress?.begin(frame.egress_tag);
     channel.report({ kind: "started" });
     fingerprint.begin();
     const heapBefore = heapInUse();
@@ -416,7 +416,7 @@ async function serveSession() {
   }
   channel.report({ kind: "end", status: 0 });
   for (;;) {
-    const frame = channel.readFrame();
+    const frame = await channel.nextFrame();
     if (frame.op === "checkpoint") {
       const reply = await realm.ask({ op: "checkpoint" });
       const parts = checkpointParts(reply.parts);
@@ -426,7 +426,7 @@ async function serveSession() {
       continue;
     }
     channel.report({ kind: "started" });
-    egress?.begin(frame.nonce);
+    egress?.begin(frame.egress_tag);
     Atomics.store(flag, 0, 0);
     let interrupted = false;
     const timer = setTimeout(() => {

@@ -69,8 +69,8 @@ pub(super) struct Response {
 
 /// The job a link serves now: its rules, and its token's secrets.
 pub(super) struct JobEgress {
-    /// The job's frame nonce, which its harness stamps on every request it
-    /// makes for the job (see `link.rs`).
+    /// The job frame's `egress_tag`, which its harness stamps on every
+    /// request it makes for the job (see `link.rs`).
     pub tag: String,
     pub egress: Egress,
     pub secrets: Arc<TokenSecrets>,

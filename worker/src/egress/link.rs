@@ -16,8 +16,8 @@
 //! ([`Link::begin`]). A job's requests still running when it ends are
 //! dropped with it, so an answer never reaches the next job.
 //!
-//! Each request bears the nonce of the job's frame, which its harness
-//! stamped when the job made it (`job`): one that arrives once its job has
+//! Each request bears the tag of the job's frame (`egress_tag`), which its
+//! harness stamped when the job made it (`job`): one that arrives once its job has
 //! ended (written late, from the harness's queue) is refused, never judged
 //! by, sent for or counted against the job the link serves by then.
 //!
@@ -71,7 +71,7 @@ pub struct Link {
 #[derive(Deserialize)]
 struct Envelope {
     id: u64,
-    /// The nonce of the job that made the request.
+    /// The tag of the job that made the request.
     #[serde(default)]
     job: String,
     #[serde(default)]
@@ -104,13 +104,13 @@ impl Link {
     }
 
     /// From now on, requests the harness made for the job whose frame
-    /// bears `nonce` are judged by `egress` (None: each is refused), and
+    /// bears `tag` are judged by `egress` (None: each is refused), and
     /// any other is refused.
-    pub fn begin(&self, egress: Option<&Egress>, nonce: &str) {
+    pub fn begin(&self, egress: Option<&Egress>, tag: &str) {
         self.cancel_requests();
         let job = egress.map(|egress| {
             Arc::new(JobEgress {
-                tag: nonce.to_owned(),
+                tag: tag.to_owned(),
                 egress: egress.clone(),
                 secrets: self.proxy.secrets.get(&egress.token).cloned().unwrap_or_default(),
                 usage: Mutex::new(Usage::default()),

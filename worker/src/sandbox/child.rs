@@ -209,6 +209,12 @@ pub(super) struct Frame<'a> {
     /// through the proxy (see `crate::egress`).
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub egress: bool,
+    /// What the harness stamps on each egress request it makes for this
+    /// job, by which the proxy tells the job's requests from any other's
+    /// (see `egress/link.rs`). Not the nonce: a JS program in a child of
+    /// its own shares its harness's realm, and could see it go by.
+    #[serde(skip_serializing_if = "str::is_empty")]
+    pub egress_tag: &'a str,
 }
 
 /// What files to send back, and how many bytes at most.
@@ -288,6 +294,7 @@ impl BootedChild {
         }
         let frame_files: &[InputFile] = if on_disk { &[] } else { &spec.files };
         let nonce = uuid::Uuid::new_v4().simple().to_string();
+        let egress_tag = uuid::Uuid::new_v4().simple().to_string();
         let memory_mb = sandbox.limits.memory_for(spec);
         // The frame names the job's language: one JS child serves JS and TS.
         let frame = Frame {
@@ -302,8 +309,9 @@ impl BootedChild {
             op: None,
             timeout_ms: None,
             egress: spec.egress.is_some(),
+            egress_tag: &egress_tag,
         };
-        egress.begin(spec.egress.as_ref(), &nonce);
+        egress.begin(spec.egress.as_ref(), &egress_tag);
         let frame = match serde_json::to_vec(&frame) {
             Ok(frame) => frame,
             Err(e) => return Outcome::internal_error(format!("could not encode the job: {e}")),
@@ -637,6 +645,7 @@ pub async fn prime_cache(sandbox: &Sandbox) -> Result<TempDir, SandboxError> {
             op: None,
             timeout_ms: None,
             egress: false,
+            egress_tag: "",
         };
         let frame = serde_json::to_vec(&frame).map_err(std::io::Error::other)?;
         stdin.write_all(format!("{}\n", frame.len()).as_bytes()).await?;

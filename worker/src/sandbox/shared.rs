@@ -607,6 +607,7 @@ impl SharedChild {
             return (Outcome::internal_error(format!("refused the job's files: {e}")), true);
         }
         let nonce = uuid::Uuid::new_v4().simple().to_string();
+        let egress_tag = uuid::Uuid::new_v4().simple().to_string();
         let timeout = sandbox.limits.timeout_for(spec);
         let in_session = spec.session.is_some();
         let frame = Frame {
@@ -621,6 +622,7 @@ impl SharedChild {
             op: in_session.then_some("exec"),
             timeout_ms: in_session.then(|| u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX)),
             egress: spec.egress.is_some(),
+            egress_tag: &egress_tag,
         };
         // A session's Python harness interrupts the exec at the deadline and
         // keeps the session; the kill is for when it cannot.
@@ -641,7 +643,7 @@ impl SharedChild {
             job_memory_mb,
             live: live.clone(),
         };
-        self.egress.begin(spec.egress.as_ref(), &nonce);
+        self.egress.begin(spec.egress.as_ref(), &egress_tag);
         let exchange = self.exchange(&frame, &[], &nonce, &bounds, cancel).await;
         let network = self.egress.end();
         let Exchange { ending, stdout, stderr, files, duration, usage, .. } = exchange;
