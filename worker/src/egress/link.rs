@@ -16,10 +16,11 @@
 //! ([`Link::begin`]). A job's requests still running when it ends are
 //! dropped with it, so an answer never reaches the next job.
 //!
-//! Each request bears the tag of the job's frame (`egress_tag`), which its
-//! harness stamped when the job made it (`job`): one that arrives once its job has
-//! ended (written late, from the harness's queue) is refused, never judged
-//! by, sent for or counted against the job the link serves by then.
+//! Each request bears the tag of its job's frame (`egress_tag`), which the
+//! harness stamped on it when it took it (`job`): one that arrives once
+//! its job has ended (written late, from the harness's queue) is refused,
+//! never judged by, sent for or counted against the job the link serves
+//! by then.
 //!
 //! Answers are written by one task of their own, each whole: a request
 //! dropped with its job is dropped before its answer is queued, never
