@@ -156,6 +156,9 @@ pub struct RunReport {
     /// was ready, the rest of its boot when one was on its way, a whole boot
     /// otherwise.
     pub boot: Duration,
+    /// The child was booted for no job in particular: an owner's warm
+    /// child, or the warm pool's (which may still have been booting).
+    pub prebooted: bool,
 }
 
 /// Runs jobs: in their owner's warm children (the shared lane) when the
@@ -251,7 +254,7 @@ impl Runner {
         let waiting = Instant::now();
         if let Some(child) = self.shared.take(owner, kind).await {
             let outcome = self.shared.run(owner, child, spec, cancel, live).await;
-            return RunReport { outcome, boot: Duration::ZERO };
+            return RunReport { outcome, boot: Duration::ZERO, prebooted: true };
         }
         // Only Python children are pooled: a JS child boots in tens of
         // milliseconds.
@@ -259,9 +262,9 @@ impl Runner {
             (Some(pool), shared::Kind::Python) => pool.take(Kind::Shared).await,
             _ => (None, None),
         };
-        let (child, boot) = match warm {
-            Some(Warm::Shared(child)) => (Ok(child), waited(waiting)),
-            _ => (SharedChild::boot(&self.sandbox, kind, ChildMode::Shared).await, waiting.elapsed()),
+        let (child, boot, prebooted) = match warm {
+            Some(Warm::Shared(child)) => (Ok(child), waited(waiting), true),
+            _ => (SharedChild::boot(&self.sandbox, kind, ChildMode::Shared).await, waiting.elapsed(), false),
         };
         let outcome = match child {
             Ok(child) => self.shared.run(owner, child, spec, cancel, live).await,
@@ -272,7 +275,7 @@ impl Runner {
         };
         // The demand counted by the take lasts until here.
         drop(demand);
-        RunReport { outcome, boot }
+        RunReport { outcome, boot, prebooted }
     }
 
     /// Runs `spec` in a single-use child: a warm one if the pool has it.
@@ -282,9 +285,9 @@ impl Runner {
             Some(pool) => pool.take(Kind::single(spec.language)).await,
             None => (None, None),
         };
-        let (child, boot) = match warm {
-            Some(Warm::Single(child)) => (Ok(child), waited(waiting)),
-            _ => (BootedChild::boot(&self.sandbox, spec.language).await, waiting.elapsed()),
+        let (child, boot, prebooted) = match warm {
+            Some(Warm::Single(child)) => (Ok(child), waited(waiting), true),
+            _ => (BootedChild::boot(&self.sandbox, spec.language).await, waiting.elapsed(), false),
         };
         let outcome = match child {
             Ok(child) => child.run(spec, &self.sandbox, cancel, live).await,
@@ -294,7 +297,7 @@ impl Runner {
             }
         };
         drop(demand);
-        RunReport { outcome, boot }
+        RunReport { outcome, boot, prebooted }
     }
 
     /// Counts work that holds a job slot outside [`Runner::run`] (a

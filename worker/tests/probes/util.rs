@@ -109,9 +109,9 @@ pub async fn run_on(runner: &Runner, spec: &JobSpec) -> Outcome {
     }
     runner.wait_warm(spec.language).await;
     let report = runner.run(spec, &CancellationToken::new()).await;
-    // A warm take is well under a millisecond, but a busy CI machine can
-    // stretch it; a real boot takes tens of milliseconds at the very least.
-    assert_eq!(report.boot < Duration::from_millis(5), pooled(), "ran in the wrong mode: {:?}", report.boot);
+    // Whether the child was the pool's, not how long taking it took: a busy
+    // machine once stretched a warm take to 8 ms.
+    assert_eq!(report.prebooted, pooled(), "ran in the wrong mode: {:?}", report.boot);
     report.outcome
 }
 
