@@ -66,6 +66,24 @@ pub enum ApiError {
     /// No worker could open the session; the message says why.
     #[error("{0}")]
     SessionUnavailable(String),
+    #[error("{0}")]
+    InvalidPath(String),
+    #[error("no file or directory at {0:?} under the session's home")]
+    NoFile(String),
+    #[error("{0}")]
+    FileTooLarge(String),
+    #[error("{0}")]
+    SessionFilesFull(String),
+    #[error("{0}")]
+    TooManyFiles(String),
+    #[error("{0:?} is a directory, not a file")]
+    NotAFile(String),
+    #[error("{0:?} is not a directory (or goes through a file)")]
+    NotADirectory(String),
+    #[error("this is a JavaScript session, which has no file system for files; the files API works on Python sessions")]
+    FilesUnsupported,
+    #[error("{0}")]
+    FileFailed(String),
 }
 
 /// What is wrong with one job of a batch.
@@ -125,6 +143,15 @@ impl ApiError {
             ApiError::NoCheckpoint => (StatusCode::NOT_FOUND, "no_checkpoint"),
             ApiError::CheckpointFailed(_) => (StatusCode::UNPROCESSABLE_ENTITY, "checkpoint_failed"),
             ApiError::SessionUnavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "session_unavailable"),
+            ApiError::InvalidPath(_) => (StatusCode::BAD_REQUEST, "invalid_path"),
+            ApiError::NoFile(_) => (StatusCode::NOT_FOUND, "no_file"),
+            ApiError::FileTooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, "file_too_large"),
+            ApiError::SessionFilesFull(_) => (StatusCode::PAYLOAD_TOO_LARGE, "session_files_full"),
+            ApiError::TooManyFiles(_) => (StatusCode::UNPROCESSABLE_ENTITY, "too_many_files"),
+            ApiError::NotAFile(_) => (StatusCode::UNPROCESSABLE_ENTITY, "not_a_file"),
+            ApiError::NotADirectory(_) => (StatusCode::UNPROCESSABLE_ENTITY, "not_a_directory"),
+            ApiError::FilesUnsupported => (StatusCode::UNPROCESSABLE_ENTITY, "files_unsupported"),
+            ApiError::FileFailed(_) => (StatusCode::UNPROCESSABLE_ENTITY, "file_failed"),
         }
     }
 }

@@ -42,6 +42,7 @@ mod config;
 mod egress;
 mod error;
 mod events;
+mod files;
 #[cfg(test)]
 mod handler_tests;
 mod jobs;
@@ -82,6 +83,12 @@ pub fn app(state: AppState) -> Router {
         .route("/v1/batches/{id}", get(batches::get).delete(batches::cancel))
         .route("/v1/batches/{id}/results", get(batches::results))
         .layer(DefaultBodyLimit::max(state.config.limits.max_batch_bytes));
+    // A file's upload is its body, up to the per-file cap (one byte more,
+    // so that an upload past it is refused as that, not cut).
+    let files = Router::new()
+        .route("/v1/sessions/{id}/files", get(files::list))
+        .route("/v1/sessions/{id}/files/{*path}", get(files::get).put(files::put).delete(files::delete))
+        .layer(DefaultBodyLimit::max(runbox_common::MAX_SESSION_FILE_BYTES + 1));
     let v1 = Router::new()
         .route("/v1/jobs", axum::routing::post(jobs::submit))
         .route("/v1/jobs/{id}", get(jobs::get).delete(jobs::cancel))
@@ -95,6 +102,7 @@ pub fn app(state: AppState) -> Router {
         .route("/metrics", get(system::metrics))
         .layer(DefaultBodyLimit::max(state.config.limits.max_body_bytes()))
         .merge(batches)
+        .merge(files)
         .route_layer(middleware::from_fn_with_state(state.clone(), auth::require_token));
     // rmcp enforces its own body limit (the same as a job's), so axum's is
     // not layered on here.

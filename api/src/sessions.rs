@@ -488,7 +488,11 @@ async fn start(
 /// Session `id`, live and on a live worker, ready for a task: a session
 /// whose worker has stopped answering is first brought back elsewhere from
 /// its latest checkpoint (whose id is returned), or ends as lost.
-async fn ready(state: &AppState, caller: &Caller, id: &str) -> Result<(SessionRecord, Option<String>), ApiError> {
+pub(crate) async fn ready(
+    state: &AppState,
+    caller: &Caller,
+    id: &str,
+) -> Result<(SessionRecord, Option<String>), ApiError> {
     let session = live(owned(state, caller, id).await?)?;
     match session.status {
         SessionStatus::Starting | SessionStatus::Restoring => {
@@ -535,7 +539,7 @@ async fn ready(state: &AppState, caller: &Caller, id: &str) -> Result<(SessionRe
 }
 
 /// Signs `spec` as a new job and hands it to `worker`, which holds `session`.
-async fn send(
+pub(crate) async fn send(
     state: &AppState,
     caller: &Caller,
     session: &SessionRecord,
@@ -568,7 +572,7 @@ async fn send(
 
 /// Waits up to `wait` for job `id`, which `worker` runs; if the worker
 /// stops answering meanwhile, the job ends as `worker_lost`.
-async fn wait_on_worker(
+pub(crate) async fn wait_on_worker(
     state: &AppState,
     id: &str,
     worker: &str,
@@ -646,7 +650,7 @@ fn busy() -> ApiError {
 }
 
 /// A session step of `language` for session `id`.
-fn step(language: Language, id: &str, op: SessionOp) -> JobSpec {
+pub(crate) fn step(language: Language, id: &str, op: SessionOp) -> JobSpec {
     JobSpec { session: Some(SessionTask { id: id.to_owned(), op }), ..JobSpec::new(language, "") }
 }
 

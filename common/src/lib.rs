@@ -88,7 +88,9 @@ pub use queue::{
     JobSummary, NewJob, OverQuota, Queue, QueueError, Quota, Timings,
 };
 pub use session::{
-    Checkpoint, CheckpointInfo, Recovery, Sent, SessionOp, SessionRecord, SessionStatus, SessionTask, StepResult,
+    Checkpoint, CheckpointInfo, FileAction, FileEntry, FileRefusal, FileResult, FileType, MAX_LISTING_ENTRIES,
+    MAX_SESSION_FILE_BYTES, MAX_SESSION_FILES, MAX_SESSION_FILES_BYTES, Recovery, Sent, SessionOp, SessionRecord,
+    SessionStatus, SessionTask, StepResult,
 };
 pub use sign::{MIN_SIGNING_KEY_BYTES, SigningKey};
 pub use time::{now_rfc3339, now_unix_ms, rfc3339_at_unix_ms};

@@ -32,6 +32,140 @@ pub enum SessionOp {
     Checkpoint { checkpoint: String },
     /// End the session.
     Destroy,
+    /// Put, read, list or delete a file under the session's home.
+    File { action: FileAction },
+}
+
+/// Most bytes one file of a session's files API may hold.
+pub const MAX_SESSION_FILE_BYTES: usize = 16 << 20;
+/// Most bytes the regular files under a session's home may hold in all
+/// for an upload to be taken (they live in the session's memory).
+pub const MAX_SESSION_FILES_BYTES: u64 = 32 << 20;
+/// Most regular files under a session's home for an upload to be taken.
+pub const MAX_SESSION_FILES: u64 = 1000;
+/// Most entries a listing carries.
+pub const MAX_LISTING_ENTRIES: usize = 4096;
+
+/// A file operation on a session's home; `path` is relative to it and
+/// checked by [`crate::InputFile::check_path`] (empty for the home itself
+/// in a listing).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum FileAction {
+    /// Write the file, making its directories; `content` is base64.
+    Put {
+        path: String,
+        content: String,
+    },
+    Get {
+        path: String,
+    },
+    List {
+        path: String,
+    },
+    /// Remove a file, or a directory with what it holds.
+    Delete {
+        path: String,
+    },
+}
+
+impl FileAction {
+    pub fn path(&self) -> &str {
+        match self {
+            FileAction::Put { path, .. }
+            | FileAction::Get { path }
+            | FileAction::List { path }
+            | FileAction::Delete { path } => path,
+        }
+    }
+
+    pub fn name(&self) -> &'static str {
+        match self {
+            FileAction::Put { .. } => "put",
+            FileAction::Get { .. } => "get",
+            FileAction::List { .. } => "list",
+            FileAction::Delete { .. } => "delete",
+        }
+    }
+}
+
+/// Why a file operation was refused by the session.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FileRefusal {
+    /// Nothing at the path.
+    NoFile,
+    /// A directory where a file was asked for.
+    NotAFile,
+    /// A file where a directory was asked for (or a path through a file).
+    NotADirectory,
+    /// The path goes through a symbolic link, which is not followed.
+    Link,
+    /// The upload would take the session's files past [`MAX_SESSION_FILES_BYTES`].
+    FilesFull,
+    /// The upload would take the session past [`MAX_SESSION_FILES`].
+    TooManyFiles,
+    /// A file the session's code made past [`MAX_SESSION_FILE_BYTES`], asked for.
+    TooLarge,
+    /// The session's language has no files API.
+    Unsupported,
+}
+
+impl FileRefusal {
+    /// The refusal the harness named, if it is one.
+    pub fn parse(code: &str) -> Option<FileRefusal> {
+        serde_json::from_value(serde_json::Value::String(code.to_owned())).ok()
+    }
+}
+
+/// What kind of entry a listing shows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum FileType {
+    File,
+    Directory,
+    /// A symbolic link the session's code made: listed, never followed.
+    Link,
+}
+
+/// One entry of a directory of a session's home.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct FileEntry {
+    /// Its name in the directory (what is not UTF-8 is replaced).
+    pub name: String,
+    /// Its path relative to the session's home.
+    pub path: String,
+    #[serde(rename = "type")]
+    pub file_type: FileType,
+    /// Bytes, for a file.
+    pub size: u64,
+    /// When it was last written, RFC 3339.
+    pub modified: String,
+}
+
+/// What a file operation came to.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "result", rename_all = "snake_case")]
+pub enum FileResult {
+    /// Put: the file holds `size` bytes now.
+    Written {
+        size: u64,
+    },
+    /// Get: the file's bytes, base64.
+    Content {
+        content: String,
+        size: u64,
+    },
+    /// List: the directory's entries, by name; `truncated` past
+    /// [`MAX_LISTING_ENTRIES`].
+    Listing {
+        entries: Vec<FileEntry>,
+        truncated: bool,
+    },
+    Deleted,
+    Refused {
+        refusal: FileRefusal,
+    },
 }
 
 /// Where a session is in its life.
@@ -177,6 +311,8 @@ pub enum StepResult {
     Done,
     /// A checkpoint was taken and stored.
     Checkpointed { checkpoint: CheckpointInfo },
+    /// A file operation was done, or refused.
+    File { file: FileResult },
     /// The step could not be done; why, for the session's owner.
     Failed { reason: String },
 }

@@ -25,6 +25,7 @@ mod recovery;
 mod redis_setups;
 mod roundtrip;
 mod session_capacity;
+mod session_files;
 mod sessions;
 mod shutdown;
 mod signing;

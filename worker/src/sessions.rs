@@ -22,8 +22,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use runbox_common::{
-    CheckpointInfo, Claimed, JobSpec, Language, Outcome, Queue, SessionOp, SessionStatus, SessionTask, Status,
-    StepResult, now_rfc3339, now_unix_ms, rfc3339_at_unix_ms,
+    CheckpointInfo, Claimed, FileAction, JobSpec, Language, Outcome, Queue, SessionOp, SessionStatus, SessionTask,
+    Status, StepResult, now_rfc3339, now_unix_ms, rfc3339_at_unix_ms,
 };
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -154,6 +154,7 @@ impl Worker {
                     self.session_checkpoint(s, &claimed, checkpoint).await;
                     true
                 }
+                Some(SessionOp::File { action }) => self.session_file(s, &claimed, action).await,
                 _ => {
                     self.finish(&claimed, &Ran::without_child(Outcome::internal_error("not a session task"))).await;
                     true
@@ -274,6 +275,49 @@ impl Worker {
             Err(why) => Outcome { duration_ms, ..failed(why) },
         };
         self.finish(claimed, &Ran::without_child(outcome)).await;
+    }
+
+    /// Does one file operation and answers its job with what it came to;
+    /// false when the session was lost (its process died meanwhile and
+    /// there was no checkpoint to bring it back from).
+    async fn session_file(&self, s: &mut Opened, claimed: &Claimed, action: &FileAction) -> bool {
+        if let Err(e) = self.queue.start(claimed, &self.config.name, &now_rfc3339()).await {
+            self.metrics.redis_errors.inc();
+            warn!(error = %e, "could not mark the file operation running");
+        }
+        let started = Instant::now();
+        let done = s.child.file(action).await;
+        let mut kept = true;
+        let mut restored = None;
+        if !s.child.is_alive() && !s.end.is_cancelled() {
+            match self.restore_in_place(s).await {
+                Ok(checkpoint) => restored = Some(checkpoint),
+                Err(why) => {
+                    self.end_session(s, SessionStatus::Lost, &why).await;
+                    kept = false;
+                }
+            }
+        }
+        if kept {
+            self.mark_idle(s, 0, restored.as_deref()).await;
+        }
+        let duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(0);
+        let outcome = match done {
+            Ok(file) => {
+                info!(op = action.name(), ms = duration_ms, "file operation done");
+                Outcome {
+                    status: Status::Completed,
+                    exit_code: Some(0),
+                    stderr: String::new(),
+                    duration_ms,
+                    step: Some(StepResult::File { file }),
+                    ..Outcome::internal_error("")
+                }
+            }
+            Err(e) => Outcome { duration_ms, ..failed(e.to_string()) },
+        };
+        self.finish(claimed, &Ran::without_child(outcome)).await;
+        kept
     }
 
     /// Opens a new child for `s` from its latest checkpoint; returns the

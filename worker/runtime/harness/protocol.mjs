@@ -153,6 +153,24 @@ export function filesSection({ files, truncated }) {
   return section;
 }
 
+/**
+ * The listing section for `{entries: [{name, type, size, mtime}],
+ * truncated}`, where each `name` is bytes and `type` is 0 (a file), 1 (a
+ * directory) or 2 (a link): a line of JSON with each entry's numbers, then
+ * each name, raw (the runner's reader is worker/src/sandbox/listing.rs).
+ */
+export function listingSection({ entries, truncated }) {
+  const head = entries.map(({ name, type, size, mtime }) => ({ name: name.length, type, size, mtime }));
+  const parts = [encode(`${JSON.stringify({ entries: head, truncated })}\n`), ...entries.map(({ name }) => name)];
+  const section = new Uint8Array(parts.reduce((sum, part) => sum + part.length, 0));
+  let at = 0;
+  for (const part of parts) {
+    section.set(part, at);
+    at += part.length;
+  }
+  return section;
+}
+
 /** `text` as UTF-8 (a lone surrogate becomes U+FFFD), its first `max` bytes at most. */
 export function utf8(text, max = Infinity) {
   const bytes = encode(text);

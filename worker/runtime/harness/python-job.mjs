@@ -15,11 +15,13 @@
 //   the checkpoint's bytes when given, with a `fetch` through the egress
 //   proxy when `egress` (egress-fetch.mjs's source and a port) is given;
 // - `{op: "run", job}`: runs one exec in the session's `__main__`;
-// - `{op: "checkpoint"}`: the instance's memory and files.
+// - `{op: "checkpoint"}`: the instance's memory and files;
+// - `{op: "file", action, path, content, limits}`: one operation of the
+//   session's files API on its home (see `fileOp`).
 //
 // Each gets one reply, with its `seq`: `{ok, message}` for init and open,
 // `{status, memoryError}` for run, `{parts}` (see `checkpoint`) or
-// `{message}` for checkpoint. The session's code runs in this realm and can
+// `{message}` for checkpoint, and `{ok, code, parts, entries}` for file. The session's code runs in this realm and can
 // post what it likes; the harness takes only a reply that bears the `seq`
 // of the request it waits for, which nobody knows before the request
 // arrives (see `asker` in python.mjs).
@@ -31,7 +33,8 @@ const encoder = new TextEncoder();
 // Added to the exit status the runner returns when the program ended on a MemoryError.
 const MEMORY_FLAG = 0x100;
 const CHECKPOINT_MAGIC = encoder.encode("RBXS");
-const SESSION_DIRS = ["/home/pyodide", "/tmp"];
+const HOME = "/home/pyodide";
+const SESSION_DIRS = [HOME, "/tmp"];
 
 // Web storage and WebGPU: see `dropPersistentStorage` in protocol.mjs.
 for (const name of ["localStorage", "sessionStorage", "caches"]) {
@@ -120,6 +123,8 @@ async function handle(message) {
       return await run(message.job);
     case "checkpoint":
       return checkpoint();
+    case "file":
+      return fileOp(message);
   }
   return { ok: false, message: `unknown op ${message.op}` };
 }
@@ -219,6 +224,108 @@ function unpack(bytes) {
   // restore's peak, counted against the process's memory limit.
   const start = bytes.byteOffset + at + length;
   return { files, memory: start % 8 === 0 ? bytes.subarray(at + length) : bytes.slice(at + length) };
+}
+
+/**
+ * One operation of the session's files API on its home, by a path
+ * relative to it that the runner checked (plain names, no `.` or `..`).
+ * A path through a symbolic link is refused: the session's code may have
+ * pointed one anywhere in the file system (deleting the link itself
+ * removes the link). An upload is refused where it
+ * would take the files under the home past the session's caps.
+ */
+function fileOp({ action, path, content, limits }) {
+  const FS = instance.pyodide.FS;
+  const refuse = (code) => ({ ok: false, code });
+  const names = path === "" ? [] : path.split("/");
+  const full = names.length > 0 ? `${HOME}/${path}` : HOME;
+  let at = HOME;
+  let found = lstatOf(FS, HOME);
+  for (let i = 0; i < names.length && found; i++) {
+    if (!FS.isDir(found.mode)) return refuse("not_a_directory");
+    at += `/${names[i]}`;
+    found = lstatOf(FS, at);
+    // A link itself may be deleted, never gone through.
+    const last = i === names.length - 1;
+    if (found && FS.isLink(found.mode) && !(last && action === "delete")) return refuse("link");
+  }
+  switch (action) {
+    case "put": {
+      if (found && FS.isDir(found.mode)) return refuse("not_a_file");
+      const before = found ? found.size : 0;
+      const { bytes, count } = homeUsage(FS);
+      if (bytes - before + content.length > limits.max_total) return refuse("files_full");
+      if (!found && count + 1 > limits.max_count) return refuse("too_many_files");
+      FS.mkdirTree(full.slice(0, full.lastIndexOf("/")));
+      FS.writeFile(full, content);
+      return { ok: true };
+    }
+    case "get":
+      if (!found) return refuse("no_file");
+      if (!FS.isFile(found.mode)) return refuse("not_a_file");
+      if (found.size > limits.max_file) return refuse("too_large");
+      return { ok: true, parts: [FS.readFile(full)] };
+    case "list": {
+      if (!found) return refuse("no_file");
+      if (!FS.isDir(found.mode)) return refuse("not_a_directory");
+      const all = FS.readdir(full).filter((name) => name !== "." && name !== "..");
+      const entries = all.slice(0, limits.max_entries).map((name) => {
+        const stat = FS.lstat(`${full}/${name}`);
+        const type = FS.isDir(stat.mode) ? 1 : FS.isLink(stat.mode) ? 2 : 0;
+        return { name, type, size: type === 0 ? stat.size : 0, mtime: millisOf(stat.mtime) };
+      });
+      return { ok: true, entries, truncated: all.length > entries.length };
+    }
+    case "delete":
+      if (!found) return refuse("no_file");
+      if (names.length === 0) return refuse("not_a_file");
+      removeTree(FS, full);
+      return { ok: true };
+  }
+  return { ok: false, message: `unknown file action ${action}` };
+}
+
+function lstatOf(FS, path) {
+  try {
+    return FS.lstat(path);
+  } catch {
+    return null;
+  }
+}
+
+/** A stat time (a Date in this Emscripten, a number in others) in Unix milliseconds. */
+function millisOf(time) {
+  const ms = time instanceof Date ? time.getTime() : Number(time);
+  return Number.isSafeInteger(ms) && ms >= 0 ? ms : 0;
+}
+
+/** The regular files under the home: how many, and their bytes. Links are not followed. */
+function homeUsage(FS) {
+  let bytes = 0;
+  let count = 0;
+  const walkInto = (dir) => {
+    for (const name of FS.readdir(dir)) {
+      if (name === "." || name === "..") continue;
+      const stat = FS.lstat(`${dir}/${name}`);
+      if (FS.isDir(stat.mode)) walkInto(`${dir}/${name}`);
+      else if (FS.isFile(stat.mode)) {
+        bytes += stat.size;
+        count += 1;
+      }
+    }
+  };
+  walkInto(HOME);
+  return { bytes, count };
+}
+
+/** Removes `path`: a file or link, or a directory and what it holds (links are removed, never followed). */
+function removeTree(FS, path) {
+  const stat = FS.lstat(path);
+  if (!FS.isDir(stat.mode)) return FS.unlink(path);
+  for (const name of FS.readdir(path)) {
+    if (name !== "." && name !== "..") removeTree(FS, `${path}/${name}`);
+  }
+  FS.rmdir(path);
 }
 
 /** The regular files under the session's directories, base64. */

@@ -47,6 +47,7 @@ import {
   endOutput,
   exit,
   filesSection,
+  listingSection,
   moduleUrl,
   readHarnessFile,
   sendFiles,
@@ -205,6 +206,61 @@ function checkpointParts(parts) {
  */
 function messageOf(reply) {
   return typeof reply.message === "string" ? reply.message : "no reason given";
+}
+
+/** The refusals a file operation's reply may name (`FileRefusal` in common/src/session.rs). */
+const FILE_REFUSALS = ["no_file", "not_a_file", "not_a_directory", "link", "files_full", "too_many_files", "too_large"];
+
+/**
+ * One file operation of the session's files API, done by its Worker (see
+ * `fileOp` in python-job.mjs) and answered here: a file's bytes or a
+ * listing section in a `file` report, then the end, with the refusal's
+ * name as its error when refused. The upload moves to the Worker. The
+ * reply is plain data the session's code could have made: it is rebuilt
+ * field by field, and what is not what the Worker sends fails the step.
+ */
+async function serveFile(realm, frame, content) {
+  const action = String(frame.action);
+  const limits = {
+    max_file: Number(frame.max_file),
+    max_total: Number(frame.max_total),
+    max_count: Number(frame.max_count),
+    max_entries: Number(frame.max_entries),
+  };
+  const request = { op: "file", action, path: String(frame.path ?? ""), content, limits };
+  const reply = await realm.ask(request, content.length > 0 ? [content.buffer] : []);
+  let end = { kind: "end", status: 0 };
+  if (reply.ok !== true) {
+    const refusal = FILE_REFUSALS.find((name) => name === reply.code);
+    end = { kind: "end", status: 1, error: refusal ?? `the session did not do it: ${messageOf(reply)}` };
+  } else if (action === "get") {
+    const parts = Array.isArray(reply.parts) ? reply.parts : [];
+    const bytes = parts[0];
+    const own = bytes instanceof Uint8Array && !(bytes.buffer instanceof SharedArrayBuffer);
+    if (parts.length === 1 && own && bytes.length <= limits.max_file) channel.report({ kind: "file" }, bytes);
+    else end = { kind: "end", status: 1, error: "the session's reply was not a file" };
+  } else if (action === "list") {
+    const entries = listedEntries(reply.entries, limits.max_entries);
+    if (entries) channel.report({ kind: "file" }, listingSection({ entries, truncated: reply.truncated === true }));
+    else end = { kind: "end", status: 1, error: "the session's reply was not a listing" };
+  }
+  endOutput(frame.nonce);
+  channel.report(end);
+}
+
+/** A listing's entries as the Worker sends them, rebuilt; null if any is not. */
+function listedEntries(sent, max) {
+  if (!Array.isArray(sent) || sent.length > max) return null;
+  const entries = [];
+  for (const entry of sent) {
+    const { name, type, size, mtime } = entry ?? {};
+    const number = (n) => Number.isSafeInteger(n) && n >= 0;
+    if (typeof name !== "string" || ![0, 1, 2].includes(type) || !number(size) || !number(mtime)) return null;
+    const bytes = utf8(name);
+    if (bytes.length > 255) return null;
+    entries.push({ name: bytes, type, size, mtime });
+  }
+  return entries;
 }
 
 /** A session exec's reply as plain values. */
@@ -423,6 +479,10 @@ async function serveSession() {
       if (parts) channel.report({ kind: "checkpoint" }, ...parts);
       endOutput(frame.nonce);
       channel.report({ kind: "end", status: parts ? 0 : 1, error: parts ? undefined : messageOf(reply) });
+      continue;
+    }
+    if (frame.op === "file") {
+      await serveFile(realm, frame, channel.readBytes(Number(frame.size ?? 0)));
       continue;
     }
     channel.report({ kind: "started" });

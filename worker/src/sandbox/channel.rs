@@ -112,6 +112,10 @@ pub enum Report {
     /// A session's checkpoint: its bytes follow, and are returned beside
     /// the report.
     Checkpoint,
+    /// A session's file operation's answer: a file's bytes (a get) or a
+    /// listing section (a list, see `listing.rs`) follow, and are
+    /// returned beside the report.
+    File,
     /// A job, an open or a checkpoint has ended; its output on stdout and
     /// stderr has ended before this, at the end markers.
     End {
@@ -153,7 +157,7 @@ impl Report {
     pub(super) fn max_bytes(&self, checkpoint: usize) -> usize {
         match self {
             Report::Files { .. } => FILES_SECTION_LIMIT,
-            Report::Checkpoint => checkpoint,
+            Report::Checkpoint | Report::File => checkpoint,
             Report::End { failed: true, .. } => MAX_REASON_BYTES,
             _ => 0,
         }

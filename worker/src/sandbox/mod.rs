@@ -29,6 +29,7 @@ mod command;
 #[cfg(test)]
 mod fuzz;
 mod isolation;
+mod listing;
 mod live;
 #[cfg(test)]
 mod markers;

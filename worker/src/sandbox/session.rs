@@ -14,7 +14,10 @@
 
 use std::time::Duration;
 
-use runbox_common::{JobSpec, Language, Outcome};
+use runbox_common::{
+    FileAction, FileRefusal, FileResult, JobSpec, Language, MAX_LISTING_ENTRIES, MAX_SESSION_FILE_BYTES,
+    MAX_SESSION_FILES, MAX_SESSION_FILES_BYTES, Outcome,
+};
 use tokio_util::sync::CancellationToken;
 
 use super::child::kill_group;
@@ -28,6 +31,9 @@ const RESTORE_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// How long taking a snapshot and sending it may take.
 const CHECKPOINT_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// How long a file operation may take.
+const FILE_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Stderr kept from opening or a failed checkpoint: enough for the reason.
 const MESSAGE_CAP: usize = 8 * 1024;
@@ -238,6 +244,80 @@ impl SessionChild {
                 Err(SessionError::Failed(why(&ending, &exchange.stderr.text(), "the checkpoint failed")))
             }
         }
+    }
+
+    /// Puts, reads, lists or deletes a file under the session's home
+    /// (Python only: a JavaScript session has no file system to hold
+    /// them). The bytes cross the channel raw, both ways.
+    pub async fn file(&mut self, action: &FileAction) -> Result<FileResult, SessionError> {
+        use base64::Engine;
+        if self.inner.kind == Kind::Js {
+            return Ok(FileResult::Refused { refusal: FileRefusal::Unsupported });
+        }
+        let content = match action {
+            FileAction::Put { content, .. } => base64::engine::general_purpose::STANDARD
+                .decode(content)
+                .map_err(|e| SessionError::Failed(format!("the upload is not valid base64: {e}")))?,
+            _ => Vec::new(),
+        };
+        if content.len() > MAX_SESSION_FILE_BYTES {
+            return Err(SessionError::Failed("the upload is past the per-file cap".into()));
+        }
+        let nonce = uuid::Uuid::new_v4().simple().to_string();
+        let frame = serde_json::json!({
+            "op": "file",
+            "nonce": nonce,
+            "action": action.name(),
+            "path": action.path(),
+            "size": content.len(),
+            "max_file": MAX_SESSION_FILE_BYTES,
+            "max_total": MAX_SESSION_FILES_BYTES,
+            "max_count": MAX_SESSION_FILES,
+            "max_entries": MAX_LISTING_ENTRIES,
+        });
+        let bounds = Bounds {
+            deadline: FILE_TIMEOUT,
+            from_start: false,
+            stdout_cap: 0,
+            stderr_cap: MESSAGE_CAP,
+            max_bytes: MAX_SESSION_FILE_BYTES.max(super::listing::LISTING_LIMIT),
+            memory_mb: self.memory_mb,
+            job_memory_mb: self.memory_mb,
+            live: Live::default(),
+        };
+        let exchange = exchange(&mut self.inner, &frame, &content, &nonce, &bounds).await;
+        match exchange.ending {
+            Ending::Finished { status: 0, .. } => match action {
+                FileAction::Put { .. } => Ok(FileResult::Written { size: content.len() as u64 }),
+                FileAction::Delete { .. } => Ok(FileResult::Deleted),
+                FileAction::Get { .. } => {
+                    let size = exchange.bytes.len() as u64;
+                    let content = base64::engine::general_purpose::STANDARD.encode(&exchange.bytes);
+                    Ok(FileResult::Content { content, size })
+                }
+                FileAction::List { path } => match super::listing::listing(&exchange.bytes, path) {
+                    Some((entries, truncated)) => Ok(FileResult::Listing { entries, truncated }),
+                    None => Err(SessionError::Failed("the session's listing was not one its harness writes".into())),
+                },
+            },
+            // A refusal names its reason; any other failure is the session's.
+            Ending::Finished { error: Some(code), .. } if FileRefusal::parse(&code).is_some() => {
+                Ok(FileResult::Refused { refusal: FileRefusal::parse(&code).unwrap_or(FileRefusal::NoFile) })
+            }
+            Ending::Finished { error, .. } => Err(SessionError::Failed(error.map_or_else(
+                || "the file operation failed".to_owned(),
+                |e| format!("the file operation failed: {e}"),
+            ))),
+            ending => {
+                kill_group(&self.inner.child);
+                Err(SessionError::Failed(why(&ending, &exchange.stderr.text(), "the file operation failed")))
+            }
+        }
+    }
+
+    /// Whether the process is still there.
+    pub fn is_alive(&mut self) -> bool {
+        matches!(self.inner.child.try_wait(), Ok(None))
     }
 
     /// Ends the child now.

@@ -749,7 +749,7 @@ impl SharedChild {
                         *cpu_ran.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = pid.and_then(cpu_time);
                     }
                     Ok((Report::Files { files: kept, truncated }, _)) => files = Some((kept, truncated)),
-                    Ok((Report::Checkpoint, bytes)) => data = bytes,
+                    Ok((Report::Checkpoint | Report::File, bytes)) => data = bytes,
                     Ok((end @ Report::End { .. }, _)) => return (Ok(end), files, data),
                     Ok((report @ (Report::Ready | Report::Retired { .. }), _)) => {
                         kill_group(child);

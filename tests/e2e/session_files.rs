@@ -1,0 +1,343 @@
+//! The files API of sessions: every route, on a real stack; hostile paths
+//! and links; the caps, each refused with the session alive after; another
+//! token's session; files the session's code reads and writes; and files
+//! across a checkpoint, a fork and a restore.
+
+use reqwest::Method;
+use serde_json::{Value, json};
+
+use crate::util::*;
+
+/// A client of one session's files, as `token`.
+struct Files<'a> {
+    api: &'a Api,
+    token: &'a str,
+}
+
+/// A response: its status, and its body as bytes.
+struct Answer {
+    status: u16,
+    body: Vec<u8>,
+}
+
+impl Answer {
+    fn json(&self) -> Value {
+        serde_json::from_slice(&self.body).unwrap_or(Value::Null)
+    }
+
+    /// The error code of a JSON error body.
+    fn code(&self) -> String {
+        self.json()["error"]["code"].as_str().unwrap_or("").to_owned()
+    }
+
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+}
+
+impl Files<'_> {
+    async fn call(&self, method: Method, path: &str, body: Option<Vec<u8>>) -> Answer {
+        let mut request = self.api.http.request(method, self.api.url(path)).bearer_auth(self.token);
+        if let Some(body) = body {
+            request = request.header("content-type", "application/octet-stream").body(body);
+        }
+        let response = request.send().await.expect("request");
+        let status = response.status().as_u16();
+        Answer { status, body: response.bytes().await.expect("body").to_vec() }
+    }
+
+    async fn json(&self, method: Method, path: &str, body: Value) -> (u16, Value) {
+        let response =
+            self.api.http.request(method, self.api.url(path)).bearer_auth(self.token).json(&body).send().await;
+        let response = response.expect("request");
+        let status = response.status().as_u16();
+        (status, response.json().await.unwrap_or(Value::Null))
+    }
+
+    async fn open(&self, language: &str) -> String {
+        let (status, session) = self.json(Method::POST, "/v1/sessions", json!({ "language": language })).await;
+        assert_eq!(status, 201, "{session}");
+        session["id"].as_str().expect("id").to_owned()
+    }
+
+    /// Runs `code` in session `id` and returns its stdout; panics unless it exited 0.
+    async fn run(&self, id: &str, code: &str) -> String {
+        let (status, result) =
+            self.json(Method::POST, &format!("/v1/sessions/{id}/exec"), json!({ "code": code })).await;
+        assert_eq!(status, 200, "{result}");
+        assert_eq!(result["exit_code"], 0, "{result}");
+        result["stdout"].as_str().expect("stdout").to_owned()
+    }
+
+    async fn put(&self, id: &str, path: &str, bytes: impl Into<Vec<u8>>) -> Answer {
+        self.call(Method::PUT, &format!("/v1/sessions/{id}/files/{path}"), Some(bytes.into())).await
+    }
+
+    async fn get(&self, id: &str, path: &str) -> Answer {
+        self.call(Method::GET, &format!("/v1/sessions/{id}/files/{path}"), None).await
+    }
+
+    async fn delete(&self, id: &str, path: &str) -> Answer {
+        self.call(Method::DELETE, &format!("/v1/sessions/{id}/files/{path}"), None).await
+    }
+
+    async fn list(&self, id: &str, dir: Option<&str>) -> Answer {
+        let query = dir.map(|d| format!("?path={d}")).unwrap_or_default();
+        self.call(Method::GET, &format!("/v1/sessions/{id}/files{query}"), None).await
+    }
+
+    /// The names in a listing of `dir`, with their types; panics unless it is 200.
+    async fn names(&self, id: &str, dir: Option<&str>) -> Vec<(String, String)> {
+        let listing = self.list(id, dir).await;
+        assert_eq!(listing.status, 200, "{}", listing.text());
+        let files = listing.json()["files"].as_array().cloned().unwrap_or_default();
+        files
+            .iter()
+            .map(|f| (f["name"].as_str().unwrap_or("").into(), f["type"].as_str().unwrap_or("").into()))
+            .collect()
+    }
+
+    /// Uploads `bytes` to `path` and panics unless it is taken.
+    async fn put_ok(&self, id: &str, path: &str, bytes: impl Into<Vec<u8>>) {
+        let bytes = bytes.into();
+        let size = bytes.len();
+        let answer = self.put(id, path, bytes).await;
+        assert_eq!(answer.status, 200, "{}", answer.text());
+        assert_eq!(answer.json()["size"], size, "{}", answer.text());
+    }
+
+    /// Downloads `path` and panics unless it is there.
+    async fn get_ok(&self, id: &str, path: &str) -> Vec<u8> {
+        let answer = self.get(id, path).await;
+        assert_eq!(answer.status, 200, "{path}: {}", answer.text());
+        answer.body
+    }
+}
+
+fn alice(api: &Api) -> Files<'_> {
+    Files { api, token: ALICE }
+}
+
+/// Every byte value, twice: content no text encoding would carry.
+fn all_bytes() -> Vec<u8> {
+    (0..=255u8).chain((0..=255u8).rev()).collect()
+}
+
+#[tokio::test]
+async fn every_route_on_a_python_session_and_its_code_sees_the_files() {
+    let stack = Stack::start(&[]).await;
+    let f = alice(&stack.api);
+    let id = f.open("python").await;
+
+    f.put_ok(&id, "data.csv", "name,score\nada,3\nbob,4\n").await;
+    f.put_ok(&id, "raw/sub/all.bin", all_bytes()).await;
+    f.put_ok(&id, "caf%C3%A9%20menu.txt", "unicode and a space").await;
+    assert_eq!(f.get_ok(&id, "raw/sub/all.bin").await, all_bytes());
+    assert_eq!(f.get_ok(&id, "caf%C3%A9%20menu.txt").await, b"unicode and a space");
+
+    // The session's code reads them through open(), pathlib and csv, in its working directory.
+    let read = "import csv, os, pathlib\n\
+                rows = list(csv.DictReader(open('data.csv')))\n\
+                print(os.getcwd(), sum(int(r['score']) for r in rows), \
+                pathlib.Path('raw/sub/all.bin').read_bytes() == bytes(range(256)) + bytes(reversed(range(256))), \
+                pathlib.Path('café menu.txt').read_text())";
+    assert_eq!(f.run(&id, read).await, "/home/pyodide 7 True unicode and a space\n");
+
+    // What it writes, the files API reads; what is overwritten is replaced.
+    f.run(&id, "import csv\nwith open('out.csv', 'w', newline='') as out:\n    csv.writer(out).writerow(['total', 7])")
+        .await;
+    assert_eq!(f.get_ok(&id, "out.csv").await, b"total,7\r\n");
+    f.put_ok(&id, "data.csv", "name,score\n").await;
+    assert_eq!(f.run(&id, "print(repr(open('data.csv').read()))").await, "'name,score\\n'\n");
+
+    // Listings: name, type, size and modified time.
+    let listing = f.list(&id, None).await;
+    assert_eq!(listing.status, 200, "{}", listing.text());
+    let body = listing.json();
+    let entry = |name: &str| body["files"].as_array().and_then(|fs| fs.iter().find(|e| e["name"] == name).cloned());
+    let data = entry("data.csv").expect("data.csv listed");
+    assert_eq!(
+        (data["type"].as_str(), data["size"].as_u64(), data["path"].as_str()),
+        (Some("file"), Some(11), Some("data.csv"))
+    );
+    assert!(unix_ms(data["modified"].as_str().expect("modified")) > 1_600_000_000_000, "{data}");
+    assert_eq!(entry("raw").expect("raw listed")["type"], "directory");
+    assert_eq!(f.names(&id, Some("raw/sub")).await, vec![("all.bin".into(), "file".into())]);
+    let sub = f.list(&id, Some("raw")).await.json();
+    assert_eq!(sub["files"][0]["path"], "raw/sub", "{sub}");
+
+    // Wrong kinds, and what is missing.
+    assert_eq!((f.get(&id, "raw").await.status, f.get(&id, "raw").await.code()), (422, "not_a_file".into()));
+    let through = f.put(&id, "data.csv/inner", "x").await;
+    assert_eq!((through.status, through.code()), (422, "not_a_directory".into()));
+    assert_eq!(f.list(&id, Some("data.csv")).await.code(), "not_a_directory");
+    let over = f.put(&id, "raw", "x").await;
+    assert_eq!((over.status, over.code()), (422, "not_a_file".into()));
+    let missing = f.get(&id, "nothing.txt").await;
+    assert_eq!((missing.status, missing.code()), (404, "no_file".into()));
+    assert_eq!(f.list(&id, Some("nowhere")).await.code(), "no_file");
+
+    // Deleting a file, then a directory with what it holds.
+    let deleted = f.delete(&id, "data.csv").await;
+    assert_eq!(deleted.status, 204, "{}", deleted.text());
+    assert_eq!(f.get(&id, "data.csv").await.code(), "no_file");
+    assert_eq!(f.delete(&id, "data.csv").await.code(), "no_file");
+    assert_eq!(f.delete(&id, "raw").await.status, 204);
+    assert_eq!(f.run(&id, "import os\nprint(sorted(os.listdir('.')))").await, "['café menu.txt', 'out.csv']\n");
+}
+
+#[tokio::test]
+async fn hostile_paths_and_links_are_refused_with_400() {
+    let stack = Stack::start(&[]).await;
+    let f = alice(&stack.api);
+    let id = f.open("python").await;
+    f.put_ok(&id, "kept.txt", "kept").await;
+    let long = "a".repeat(256);
+    let hostile = [
+        "..%2Fetc%2Fpasswd",
+        "a/..%2F..%2Fetc%2Fpasswd",
+        "%2Fetc%2Fpasswd",
+        "%2Fhome%2Fpyodide%2Fkept.txt",
+        "a%00b",
+        "kept.txt%00.png",
+        "%FF%FE.txt",
+        "a%2F.%2Fb",
+        "a%2F%2Fb",
+        "a%5Cb",
+        long.as_str(),
+    ];
+    for path in hostile {
+        for answer in [f.get(&id, path).await, f.put(&id, path, "x").await, f.delete(&id, path).await] {
+            assert_eq!((answer.status, answer.code()), (400, "invalid_path".into()), "{path}: {}", answer.text());
+        }
+        let listing = f.list(&id, Some(path)).await;
+        assert_eq!((listing.status, listing.code()), (400, "invalid_path".into()), "{path}: {}", listing.text());
+    }
+    // A client's URL drops `.` and `..` segments; a query does not.
+    for dir in [".", "..", "%2E%2E", "a/../..", "/"] {
+        let listing = f.list(&id, Some(dir)).await;
+        assert_eq!((listing.status, listing.code()), (400, "invalid_path".into()), "{dir}: {}", listing.text());
+    }
+    let message = f.get(&id, "%FF%FE.txt").await.json()["error"]["message"].as_str().unwrap_or("").to_owned();
+    assert!(message.contains("UTF-8"), "{message}");
+
+    // Links the session's code makes are listed, never followed.
+    f.run(&id, "import os\nos.symlink('/lib', 'lib')\nos.symlink('/home/pyodide/kept.txt', 'alias')").await;
+    assert!(f.names(&id, None).await.contains(&("lib".into(), "link".into())));
+    let through = [
+        f.list(&id, Some("lib")).await,
+        f.get(&id, "lib/python3.13/os.py").await,
+        f.put(&id, "lib/planted.py", "x").await,
+        f.get(&id, "alias").await,
+        f.put(&id, "alias", "changed").await,
+    ];
+    for answer in through {
+        assert_eq!((answer.status, answer.code()), (400, "invalid_path".into()), "{}", answer.text());
+    }
+    // Deleting a link removes the link, not what it points to.
+    assert_eq!(f.delete(&id, "alias").await.status, 204);
+    assert_eq!(f.get_ok(&id, "kept.txt").await, b"kept");
+    assert_eq!(f.run(&id, "import os\nprint(os.path.isdir('/lib'))").await, "True\n");
+}
+
+#[tokio::test]
+async fn caps_are_refused_with_413_or_422_and_the_session_lives_on() {
+    let stack = Stack::start(&[]).await;
+    let f = alice(&stack.api);
+    let id = f.open("python").await;
+    f.run(&id, "state = 'alive'").await;
+    const MIB: usize = 1 << 20;
+
+    // Past the per-file cap: refused before it reaches the session.
+    let big = f.put(&id, "big.bin", vec![7u8; 16 * MIB + 1]).await;
+    assert_eq!((big.status, big.code()), (413, "file_too_large".into()), "{}", big.text());
+    // At it: taken, and read back whole.
+    f.put_ok(&id, "full.bin", vec![7u8; 16 * MIB]).await;
+    assert_eq!(f.get_ok(&id, "full.bin").await.len(), 16 * MIB);
+    assert_eq!(f.delete(&id, "full.bin").await.status, 204);
+
+    // A file the session's code made past the cap is not moved.
+    f.run(&id, "open('made.bin', 'wb').write(b'x' * (17 << 20))").await;
+    let made = f.get(&id, "made.bin").await;
+    assert_eq!((made.status, made.code()), (413, "file_too_large".into()), "{}", made.text());
+    assert_eq!(f.delete(&id, "made.bin").await.status, 204);
+
+    // Past the session's total.
+    f.put_ok(&id, "one.bin", vec![1u8; 15 * MIB]).await;
+    f.put_ok(&id, "two.bin", vec![2u8; 15 * MIB]).await;
+    let three = f.put(&id, "three.bin", vec![3u8; 3 * MIB]).await;
+    assert_eq!((three.status, three.code()), (413, "session_files_full".into()), "{}", three.text());
+    // Replacing a file counts its new size, not both.
+    f.put_ok(&id, "two.bin", vec![2u8; 16 * MIB]).await;
+    assert_eq!(f.delete(&id, "one.bin").await.status, 204);
+    assert_eq!(f.delete(&id, "two.bin").await.status, 204);
+
+    // Past the count of files.
+    f.run(&id, "import os\nos.mkdir('many')\nfor i in range(1000):\n    open(f'many/{i}', 'w').write('.')").await;
+    let extra = f.put(&id, "extra.txt", "x").await;
+    assert_eq!((extra.status, extra.code()), (422, "too_many_files".into()), "{}", extra.text());
+    f.put_ok(&id, "many/0", "replaced").await;
+
+    // The session lived through all of it, with its state.
+    assert_eq!(f.run(&id, "print(state, open('many/0').read())").await, "alive replaced\n");
+}
+
+#[tokio::test]
+async fn another_tokens_session_is_not_found_and_javascript_sessions_say_so() {
+    let stack = Stack::start(&[]).await;
+    let f = alice(&stack.api);
+    let id = f.open("python").await;
+    f.put_ok(&id, "secret.txt", "alice's").await;
+    let bob = Files { api: &stack.api, token: BOB };
+    for answer in [
+        bob.get(&id, "secret.txt").await,
+        bob.put(&id, "secret.txt", "bob's").await,
+        bob.delete(&id, "secret.txt").await,
+        bob.list(&id, None).await,
+    ] {
+        assert_eq!((answer.status, answer.code()), (404, "no_session".into()), "{}", answer.text());
+    }
+    assert_eq!(f.get_ok(&id, "secret.txt").await, b"alice's");
+    let nobody = f.get("00000000-0000-4000-8000-000000000000", "x").await;
+    assert_eq!((nobody.status, nobody.code()), (404, "no_session".into()));
+
+    let js = f.open("javascript").await;
+    for answer in [f.put(&js, "a.txt", "x").await, f.get(&js, "a.txt").await, f.list(&js, None).await] {
+        assert_eq!((answer.status, answer.code()), (422, "files_unsupported".into()), "{}", answer.text());
+        assert!(answer.text().contains("Python"), "{}", answer.text());
+    }
+    let (status, _) = f.json(Method::POST, &format!("/v1/sessions/{js}/exec"), json!({ "code": "1" })).await;
+    assert_eq!(status, 200);
+}
+
+#[tokio::test]
+async fn files_survive_checkpoint_fork_and_restore() {
+    // The parent, a fork and a restored session, each a live process.
+    // (A token holds half the fleet's places at most.)
+    let stack = Stack::start(&[("RUNBOX_WORKER_SESSIONS", "6")]).await;
+    let f = alice(&stack.api);
+    let id = f.open("python").await;
+    f.put_ok(&id, "in/all.bin", all_bytes()).await;
+    f.run(&id, "open('made.txt', 'w').write('by code')").await;
+
+    let (status, checkpoint) = f.json(Method::POST, &format!("/v1/sessions/{id}/checkpoints"), json!({})).await;
+    assert_eq!(status, 201, "{checkpoint}");
+    f.put_ok(&id, "after.txt", "after the checkpoint").await;
+
+    let (status, fork) = f.json(Method::POST, &format!("/v1/sessions/{id}/fork"), json!({})).await;
+    assert_eq!(status, 201, "{fork}");
+    let fork = fork["id"].as_str().expect("id").to_owned();
+    assert_eq!(f.get_ok(&fork, "in/all.bin").await, all_bytes());
+    assert_eq!(f.get_ok(&fork, "after.txt").await, b"after the checkpoint");
+    f.put_ok(&fork, "only-fork.txt", "mine").await;
+    assert_eq!(f.get(&id, "only-fork.txt").await.code(), "no_file");
+
+    let body = json!({ "from_checkpoint": checkpoint["id"] });
+    let (status, restored) = f.json(Method::POST, "/v1/sessions", body).await;
+    assert_eq!(status, 201, "{restored}");
+    let restored = restored["id"].as_str().expect("id").to_owned();
+    assert_eq!(f.get_ok(&restored, "in/all.bin").await, all_bytes());
+    assert_eq!(f.get_ok(&restored, "made.txt").await, b"by code");
+    assert_eq!(f.get(&restored, "after.txt").await.code(), "no_file");
+    assert_eq!(f.run(&restored, "print(open('in/all.bin', 'rb').read()[:3])").await, "b'\\x00\\x01\\x02'\n");
+}
