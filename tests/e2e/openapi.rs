@@ -43,5 +43,5 @@ async fn the_document_names_the_routes_the_api_serves() {
             operations += 1;
         }
     }
-    assert_eq!(operations, 20);
+    assert_eq!(operations, 24);
 }
