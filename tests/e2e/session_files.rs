@@ -340,4 +340,16 @@ async fn files_survive_checkpoint_fork_and_restore() {
     assert_eq!(f.get_ok(&restored, "made.txt").await, b"by code");
     assert_eq!(f.get(&restored, "after.txt").await.code(), "no_file");
     assert_eq!(f.run(&restored, "print(open('in/all.bin', 'rb').read()[:3])").await, "b'\\x00\\x01\\x02'\n");
+
+    // A session whose process dies comes back from its latest checkpoint
+    // (the parent's is the fork's) with that checkpoint's files: an exec
+    // that cannot be interrupted (time.sleep) has its process killed past
+    // its deadline.
+    let code = json!({ "code": "import time\ntime.sleep(60)", "timeout_ms": 300 });
+    let (status, result) = f.json(Method::POST, &format!("/v1/sessions/{id}/exec"), code).await;
+    assert_eq!(status, 200, "{result}");
+    assert!(result["session"]["restored_from"].is_string(), "{result}");
+    assert_eq!(f.get_ok(&id, "in/all.bin").await, all_bytes());
+    assert_eq!(f.get_ok(&id, "after.txt").await, b"after the checkpoint");
+    assert_eq!(f.get(&id, "only-fork.txt").await.code(), "no_file");
 }

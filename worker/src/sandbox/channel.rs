@@ -255,6 +255,10 @@ mod tests {
         assert_eq!(read(b"{\"kind\":\"ready\"}\n", 0).await.expect("ready").0, Report::Ready);
         let retired = read(b"{\"kind\":\"retired\",\"clean\":true}\n", 0).await.expect("retired").0;
         assert_eq!(retired, Report::Retired { clean: true });
+        // A file's bytes, any at all, cross raw, within the cap given.
+        let (report, bytes) = read(b"{\"kind\":\"file\",\"bytes\":4}\n\0\xff\n\"", 4).await.expect("a file");
+        assert_eq!((report, bytes.as_slice()), (Report::File, &b"\0\xff\n\""[..]));
+        assert!(read(b"{\"kind\":\"file\",\"bytes\":5}\nabcde", 4).await.is_err(), "a file past the cap");
         let (report, bytes) = read(b"{\"kind\":\"checkpoint\",\"bytes\":3}\nabcrest", 10).await.expect("checkpoint");
         assert_eq!((report, bytes.as_slice()), (Report::Checkpoint, &b"abc"[..]));
         let (report, _) = read(b"{\"kind\":\"end\",\"status\":3,\"memory\":true}\n", 0).await.expect("end");
