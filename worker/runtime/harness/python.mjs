@@ -240,27 +240,32 @@ async function serveFile(realm, frame, content) {
     if (parts.length === 1 && own && bytes.length <= limits.max_file) channel.report({ kind: "file" }, bytes);
     else end = { kind: "end", status: 1, error: "the session's reply was not a file" };
   } else if (action === "list") {
-    const entries = listedEntries(reply.entries, limits.max_entries);
-    if (entries) channel.report({ kind: "file" }, listingSection({ entries, truncated: reply.truncated === true }));
+    const listed = listedEntries(reply.entries, limits.max_entries);
+    const truncated = reply.truncated === true || listed?.skipped === true;
+    if (listed) channel.report({ kind: "file" }, listingSection({ entries: listed.entries, truncated }));
     else end = { kind: "end", status: 1, error: "the session's reply was not a listing" };
   }
   endOutput(frame.nonce);
   channel.report(end);
 }
 
-/** A listing's entries as the Worker sends them, rebuilt; null if any is not. */
+/**
+ * A listing's entries as the Worker sends them, rebuilt, or null if any
+ * is not what it sends; a name past 255 bytes is left out (`skipped`).
+ */
 function listedEntries(sent, max) {
   if (!Array.isArray(sent) || sent.length > max) return null;
   const entries = [];
+  let skipped = false;
   for (const entry of sent) {
     const { name, type, size, mtime } = entry ?? {};
     const number = (n) => Number.isSafeInteger(n) && n >= 0;
     if (typeof name !== "string" || ![0, 1, 2].includes(type) || !number(size) || !number(mtime)) return null;
     const bytes = utf8(name);
-    if (bytes.length > 255) return null;
-    entries.push({ name: bytes, type, size, mtime });
+    if (bytes.length > 255) skipped = true;
+    else entries.push({ name: bytes, type, size, mtime });
   }
-  return entries;
+  return { entries, skipped };
 }
 
 /** A session exec's reply as plain values. */
