@@ -144,13 +144,7 @@ export function filesSection({ files, truncated }) {
   }));
   const parts = [encode(`${JSON.stringify({ files: head, truncated })}\n`)];
   for (const { name, content } of files) parts.push(name, content);
-  const section = new Uint8Array(parts.reduce((sum, part) => sum + part.length, 0));
-  let at = 0;
-  for (const part of parts) {
-    section.set(part, at);
-    at += part.length;
-  }
-  return section;
+  return joined(parts);
 }
 
 /**
@@ -162,13 +156,18 @@ export function filesSection({ files, truncated }) {
 export function listingSection({ entries, truncated }) {
   const head = entries.map(({ name, type, size, mtime }) => ({ name: name.length, type, size, mtime }));
   const parts = [encode(`${JSON.stringify({ entries: head, truncated })}\n`), ...entries.map(({ name }) => name)];
-  const section = new Uint8Array(parts.reduce((sum, part) => sum + part.length, 0));
+  return joined(parts);
+}
+
+/** The byte arrays `parts`, one after the other, in one array. */
+function joined(parts) {
+  const whole = new Uint8Array(parts.reduce((sum, part) => sum + part.length, 0));
   let at = 0;
   for (const part of parts) {
-    section.set(part, at);
+    whole.set(part, at);
     at += part.length;
   }
-  return section;
+  return whole;
 }
 
 /** `text` as UTF-8 (a lone surrogate becomes U+FFFD), its first `max` bytes at most. */
