@@ -543,17 +543,14 @@ fn expected_files(files: &[(Vec<u8>, Vec<u8>)], truncated: bool) -> (Vec<OutputF
     for (name, content) in files {
         let path = String::from_utf8_lossy(name).into_owned();
         if InputFile::check_path(&path).is_ok() {
+            let size = content.len() as u64;
             let content = base64::engine::general_purpose::STANDARD.encode(content);
-            kept.push(OutputFile { path, content, size: content_len(files, name), truncated: false });
+            kept.push(OutputFile { path, content, size, truncated: false });
         } else {
             left_out = true;
         }
     }
     (kept, truncated || left_out)
-}
-
-fn content_len(files: &[(Vec<u8>, Vec<u8>)], name: &[u8]) -> u64 {
-    files.iter().find(|(n, _)| n == name).map_or(0, |(_, c)| c.len() as u64)
 }
 
 /// `files` with each name once, as a file system has them.
