@@ -84,6 +84,8 @@ pub enum ApiError {
     FilesUnsupported,
     #[error("{0}")]
     FileFailed(String),
+    #[error("a directory is already at {0:?}")]
+    FileExists(String),
 }
 
 /// What is wrong with one job of a batch.
@@ -152,11 +154,17 @@ impl ApiError {
             ApiError::NotADirectory(_) => (StatusCode::UNPROCESSABLE_ENTITY, "not_a_directory"),
             ApiError::FilesUnsupported => (StatusCode::UNPROCESSABLE_ENTITY, "files_unsupported"),
             ApiError::FileFailed(_) => (StatusCode::UNPROCESSABLE_ENTITY, "file_failed"),
+            ApiError::FileExists(_) => (StatusCode::CONFLICT, "file_exists"),
         }
     }
 }
 
 impl ApiError {
+    /// The HTTP status it is answered with.
+    pub fn status(&self) -> StatusCode {
+        self.status_and_code().0
+    }
+
     /// The snake_case code a client can match on, as in the JSON body.
     pub fn code(&self) -> &'static str {
         self.status_and_code().1

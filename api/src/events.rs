@@ -62,6 +62,51 @@ pub(crate) fn events(
     first: Option<JobRecord>,
     deadline: Option<Instant>,
 ) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
+    Sse::new(updates(state, id, first, deadline).map(|update| Ok(update.event()))).keep_alive(KeepAlive::default())
+}
+
+/// What a watcher of a job sees, in order: the job's output as it is
+/// written, then the job once final; or the reason the watch ended first.
+pub(crate) enum Update {
+    /// A chunk of `stream`, starting `offset` bytes in.
+    Chunk {
+        stream: OutputStream,
+        offset: u64,
+        text: String,
+    },
+    /// The job is run again from the start; offsets start again from 0.
+    Restart,
+    Result(Box<JobRecord>),
+    /// The watch ended before the job did: Redis failed, or the deadline
+    /// passed. The job object is the way to its result.
+    Broken(&'static str),
+}
+
+impl Update {
+    fn event(self) -> Event {
+        match self {
+            Update::Chunk { stream, offset, text } => Event::default()
+                .event(stream.as_str())
+                .json_data(json!({ "offset": offset, "data": text }))
+                .unwrap_or_default(),
+            Update::Restart => Event::default().event("restart").data("{}"),
+            Update::Result(record) => {
+                Event::default().event("result").json_data(JobView::from(*record)).unwrap_or_default()
+            }
+            Update::Broken(message) => {
+                Event::default().event("error").data(json!({ "error": "unavailable", "message": message }).to_string())
+            }
+        }
+    }
+}
+
+/// Job `id`'s [`Update`]s, as [`events`] sends them.
+pub(crate) fn updates(
+    state: AppState,
+    id: String,
+    first: Option<JobRecord>,
+    deadline: Option<Instant>,
+) -> impl Stream<Item = Update> {
     let watch = Watch {
         state,
         id,
@@ -73,8 +118,7 @@ pub(crate) fn events(
         deadline,
         over: false,
     };
-    let events = stream::unfold(watch, Watch::next).flat_map(stream::iter).map(Ok);
-    Sse::new(events).keep_alive(KeepAlive::default())
+    stream::unfold(watch, Watch::next).flat_map(stream::iter)
 }
 
 /// Where one subscriber is in one job's stream.
@@ -99,7 +143,7 @@ struct Watch {
 impl Watch {
     /// The next events to send, waiting for them if there are none yet;
     /// None once the result was sent.
-    async fn next(mut self) -> Option<(Vec<Event>, Watch)> {
+    async fn next(mut self) -> Option<(Vec<Update>, Watch)> {
         if self.over {
             return None;
         }
@@ -131,7 +175,7 @@ impl Watch {
                 None if read_job => return Some((events, self.ended())),
                 Some(record) if record.status.is_final() => {
                     events.extend(self.rest(&record));
-                    events.push(Event::default().event("result").json_data(JobView::from(record)).unwrap_or_default());
+                    events.push(Update::Result(Box::new(record)));
                     return Some((events, self.ended()));
                 }
                 _ => {}
@@ -144,10 +188,7 @@ impl Watch {
             }
             if self.deadline.is_some_and(|deadline| Instant::now() >= deadline) {
                 let message = "the exec did not end in time; its worker may have stopped: read the job object";
-                let event = Event::default()
-                    .event("error")
-                    .data(json!({ "error": "unavailable", "message": message }).to_string());
-                return Some((vec![event], self.ended()));
+                return Some((vec![Update::Broken(message)], self.ended()));
             }
             let recheck = Instant::now() + RECHECK_EVERY;
             let recheck = self.deadline.map_or(recheck, |deadline| recheck.min(deadline));
@@ -166,7 +207,7 @@ impl Watch {
     }
 
     /// Every chunk the live stream holds past what was sent.
-    async fn chunks(&mut self) -> Result<Vec<Event>, QueueError> {
+    async fn chunks(&mut self) -> Result<Vec<Update>, QueueError> {
         let mut events = Vec::new();
         loop {
             let entries = self.state.queue.read_output(&self.id, &self.after).await?;
@@ -180,7 +221,7 @@ impl Watch {
                 if attempt > self.attempt {
                     // Only what was sent of an earlier attempt needs taking back.
                     if self.sent != [0, 0] {
-                        events.push(Event::default().event("restart").data("{}"));
+                        events.push(Update::Restart);
                     }
                     (self.attempt, self.sent, self.shown) = (attempt, [0, 0], [0, 0]);
                 }
@@ -188,7 +229,7 @@ impl Watch {
                 let text = String::from_utf8_lossy(&chunk.data);
                 self.sent[side] = chunk.offset + chunk.data.len() as u64;
                 self.shown[side] += text.len();
-                events.push(chunk_event(chunk.stream, chunk.offset, &text));
+                events.push(Update::Chunk { stream: chunk.stream, offset: chunk.offset, text: text.into_owned() });
             }
         }
     }
@@ -196,7 +237,7 @@ impl Watch {
     /// What the finished job's output holds past the chunks sent: all of
     /// it for a subscriber that came after the end, or after the live
     /// stream expired.
-    fn rest(&mut self, record: &JobRecord) -> Vec<Event> {
+    fn rest(&mut self, record: &JobRecord) -> Vec<Update> {
         let Some(outcome) = &record.outcome else { return Vec::new() };
         [(OutputStream::Stdout, &outcome.stdout), (OutputStream::Stderr, &outcome.stderr)]
             .into_iter()
@@ -204,22 +245,15 @@ impl Watch {
                 let side = stream as usize;
                 let rest = text.get(self.shown[side]..).filter(|rest| !rest.is_empty())?;
                 self.shown[side] = text.len();
-                Some(chunk_event(stream, self.sent[side], rest))
+                Some(Update::Chunk { stream, offset: self.sent[side], text: rest.to_owned() })
             })
             .collect()
     }
 }
 
-fn chunk_event(stream: OutputStream, offset: u64, data: &str) -> Event {
-    Event::default().event(stream.as_str()).json_data(json!({ "offset": offset, "data": data })).unwrap_or_default()
-}
-
 /// The stream's end when Redis fails mid-way: the client reads the job
 /// object instead.
-fn failure(e: &QueueError) -> Event {
+fn failure(e: &QueueError) -> Update {
     tracing::warn!(error = %e, "live output stream broke off");
-    Event::default().event("error").data(
-        json!({ "error": "unavailable", "message": "the live output stream broke off; read the job object" })
-            .to_string(),
-    )
+    Update::Broken("the live output stream broke off; read the job object")
 }

@@ -226,7 +226,12 @@ pub async fn list(State(state): State<AppState>, caller: Caller, uri: Uri) -> Re
 }
 
 /// Sends `action` to session `id` and waits for what it came to; a refusal is its error.
-async fn file_step(state: &AppState, caller: &Caller, id: &str, action: FileAction) -> Result<FileResult, ApiError> {
+pub(crate) async fn file_step(
+    state: &AppState,
+    caller: &Caller,
+    id: &str,
+    action: FileAction,
+) -> Result<FileResult, ApiError> {
     let (session, _) = ready(state, caller, id).await?;
     if session.language != Language::Python {
         return Err(ApiError::FilesUnsupported);
@@ -270,10 +275,11 @@ fn refused(refusal: FileRefusal, path: String) -> ApiError {
              have the session's code split or compress it"
         )),
         FileRefusal::Unsupported => ApiError::FilesUnsupported,
+        FileRefusal::Exists => ApiError::FileExists(path),
     }
 }
 
-fn unexpected(result: FileResult) -> ApiError {
+pub(crate) fn unexpected(result: FileResult) -> ApiError {
     tracing::error!(?result, "a file operation came back with another operation's result");
     ApiError::FileFailed("the session answered with another operation's result".into())
 }
@@ -304,7 +310,7 @@ fn decoded(raw: &str) -> Result<String, ApiError> {
         .map_err(|_| ApiError::InvalidPath("the path is not UTF-8: file names in the files API are UTF-8 text".into()))
 }
 
-fn checked(path: &str) -> Result<(), ApiError> {
+pub(crate) fn checked(path: &str) -> Result<(), ApiError> {
     if path.contains('\0') {
         return Err(ApiError::InvalidPath("the path holds a NUL byte, which no file name may".into()));
     }

@@ -345,7 +345,7 @@ impl McpServer {
             Ok(args) => args,
             Err(e) => return Ok(tool_error(e)),
         };
-        let request = ExecRequest { code: Some(code), stdin, timeout_ms };
+        let request = ExecRequest { code: Some(code), stdin, timeout_ms, ..ExecRequest::default() };
         let result = match sessions::exec_in(&self.state, &caller, &session_id, request).await {
             Ok(sessions::Executed::Done(view)) => {
                 let value = serde_json::to_value(&view).unwrap_or_default();

@@ -44,7 +44,7 @@ const START_WAIT: Duration = Duration::from_secs(60);
 
 /// How long an exec may take beyond its own timeout before the api answers
 /// 202 and leaves the client to poll `GET /v1/jobs/{id}`.
-const EXEC_MARGIN: Duration = Duration::from_secs(30);
+pub(crate) const EXEC_MARGIN: Duration = Duration::from_secs(30);
 
 /// How often a waiting exec checks that its worker is still alive.
 const LIVENESS_EVERY: Duration = Duration::from_secs(2);
@@ -411,9 +411,9 @@ async fn run_exec(state: &AppState, caller: &Caller, id: &str, request: ExecRequ
 }
 
 /// An exec handed to its session's worker.
-struct Handed {
-    job: String,
-    timeout: Duration,
+pub(crate) struct Handed {
+    pub job: String,
+    pub timeout: Duration,
     worker: String,
     session: SessionRecord,
     restored: Option<String>,
@@ -428,7 +428,12 @@ fn wants_events(headers: &HeaderMap) -> bool {
 }
 
 /// Checks an exec and hands it to the session's worker.
-async fn send_exec(state: &AppState, caller: &Caller, id: &str, request: ExecRequest) -> Result<Handed, ApiError> {
+pub(crate) async fn send_exec(
+    state: &AppState,
+    caller: &Caller,
+    id: &str,
+    request: ExecRequest,
+) -> Result<Handed, ApiError> {
     let (session, restored) = ready(state, caller, id).await?;
     let mut spec = request.validate(session.language, &state.config.limits)?;
     let timeout = state.config.limits.timeouts.for_job(spec.timeout_ms);

@@ -144,6 +144,17 @@ impl QueueKeys {
     pub fn checkpoint(&self, id: &str) -> String {
         format!("{}checkpoint:{id}", self.prefix)
     }
+
+    /// One sandbox of the E2B-compatible API, as JSON the api's adapter
+    /// shapes: which sessions it is made of, its tokens, its deadline.
+    pub fn e2b_sandbox(&self, id: &str) -> String {
+        format!("{}e2b-sandbox:{id}", self.prefix)
+    }
+
+    /// Set of the E2B sandbox ids of `owner`, for listing.
+    pub fn e2b_sandboxes(&self, owner: &str) -> String {
+        format!("{}e2b-sandboxes:{owner}", self.prefix)
+    }
 }
 
 // Spelled by Lua scripts from the prefix, owner and second (see the

@@ -67,6 +67,20 @@ pub enum FileAction {
     Delete {
         path: String,
     },
+    /// One entry: what a listing of its directory would show of it.
+    Stat {
+        path: String,
+    },
+    /// Make a directory and its parents.
+    Mkdir {
+        path: String,
+    },
+    /// Rename a file or directory to `to`, making `to`'s parents; a file
+    /// there is replaced, a directory there refused.
+    Move {
+        path: String,
+        to: String,
+    },
 }
 
 impl FileAction {
@@ -75,7 +89,10 @@ impl FileAction {
             FileAction::Put { path, .. }
             | FileAction::Get { path }
             | FileAction::List { path }
-            | FileAction::Delete { path } => path,
+            | FileAction::Delete { path }
+            | FileAction::Stat { path }
+            | FileAction::Mkdir { path }
+            | FileAction::Move { path, .. } => path,
         }
     }
 
@@ -85,6 +102,9 @@ impl FileAction {
             FileAction::Get { .. } => "get",
             FileAction::List { .. } => "list",
             FileAction::Delete { .. } => "delete",
+            FileAction::Stat { .. } => "stat",
+            FileAction::Mkdir { .. } => "mkdir",
+            FileAction::Move { .. } => "move",
         }
     }
 }
@@ -109,6 +129,8 @@ pub enum FileRefusal {
     TooLarge,
     /// The session's language has no files API.
     Unsupported,
+    /// A directory is already there (a mkdir, or a move's destination).
+    Exists,
 }
 
 impl FileRefusal {
@@ -163,6 +185,12 @@ pub enum FileResult {
         truncated: bool,
     },
     Deleted,
+    /// Stat: the entry.
+    Entry {
+        entry: FileEntry,
+    },
+    /// Mkdir, move.
+    Done,
     Refused {
         refusal: FileRefusal,
     },

@@ -283,6 +283,59 @@ async fn caps_are_refused_with_413_or_422_and_the_session_lives_on() {
 }
 
 #[tokio::test]
+async fn an_exec_takes_files_in_and_returns_the_files_it_wrote() {
+    let stack = Stack::start(&[]).await;
+    let f = alice(&stack.api);
+    let id = f.open("python").await;
+    f.put_ok(&id, "kept.txt", "untouched").await;
+    let exec_path = format!("/v1/sessions/{id}/exec");
+    let exec = |body: Value| f.json(Method::POST, &exec_path, body);
+    // The code moves away from the home first: the files still land there.
+    let code = "import os\nos.makedirs('/tmp/elsewhere', exist_ok=True)\nos.chdir('/tmp/elsewhere')\n\
+                os.chdir('/home/pyodide')\nrows = open('in/data.csv').read().splitlines()\n\
+                open('out/sum.txt', 'w').write(str(sum(int(r) for r in rows)))\n\
+                open('in/data.csv', 'a').write('4\\n')";
+    let body = json!({
+        "code": code,
+        "files": [{ "path": "in/data.csv", "content": "1\n2\n3\n" }],
+        "return_files": true,
+    });
+    let os_dir = "import os; os.makedirs('out', exist_ok=True)";
+    assert_eq!(f.run(&id, os_dir).await, "");
+    let (status, result) = exec(body).await;
+    assert_eq!((status, &result["exit_code"]), (200, &json!(0)), "{result}");
+    // Only what this exec wrote comes back: the changed input and the new
+    // output, not the file uploaded before.
+    let names: Vec<&str> =
+        result["files"].as_array().expect("files").iter().filter_map(|f| f["path"].as_str()).collect();
+    assert_eq!(names, ["in/data.csv", "out/sum.txt"], "{result}");
+    assert_eq!(result["files"][1]["content"], "Ng==", "{result}");
+    assert_eq!(result["files"][0]["content"], "MQoyCjMKNAo=", "{result}");
+    // The files stay in the session.
+    assert_eq!(f.get_ok(&id, "out/sum.txt").await, b"6");
+
+    // Named paths come back whether or not this exec wrote them; a missing one is left out.
+    let named = json!({ "code": "pass", "return_files": ["kept.txt", "nope.txt"] });
+    let (status, result) = exec(named).await;
+    assert_eq!(status, 200, "{result}");
+    assert_eq!(
+        result["files"],
+        json!([{ "path": "kept.txt", "content": "dW50b3VjaGVk", "size": 9, "truncated": false }])
+    );
+    let (status, result) = exec(json!({ "code": "pass", "return_files": true })).await;
+    assert_eq!((status, &result["files"]), (200, &json!([])), "{result}");
+
+    let js = f.open("javascript").await;
+    for field in ["files", "return_files"] {
+        let value = if field == "files" { json!([{ "path": "a.txt", "content": "x" }]) } else { json!(true) };
+        let (status, error) =
+            f.json(Method::POST, &format!("/v1/sessions/{js}/exec"), json!({ "code": "1", field: value })).await;
+        assert_eq!((status, error["error"]["code"].as_str()), (400, Some("invalid_field")), "{error}");
+        assert!(error["error"]["message"].as_str().unwrap_or("").contains("JavaScript session"), "{error}");
+    }
+}
+
+#[tokio::test]
 async fn another_tokens_session_is_not_found_and_javascript_sessions_say_so() {
     let stack = Stack::start(&[]).await;
     let f = alice(&stack.api);

@@ -178,14 +178,16 @@ impl Worker {
             self.finish(claimed, &Ran::without_child(cancelled)).await;
             return true;
         }
-        let cancel = s.end.child_token();
-        let job = RunningJob { entry: None, cancel: cancel.clone() };
+        // Cancelling the exec interrupts it (see `SessionChild::exec`);
+        // ending the session kills its process.
+        let (cancel, interrupt) = (s.end.child_token(), CancellationToken::new());
+        let job = RunningJob { entry: None, cancel: interrupt.clone() };
         self.running.lock().unwrap_or_else(|p| p.into_inner()).insert(claimed.id.clone(), job);
         self.metrics.busy_slots.inc();
         let timeout = self.runner.sandbox().limits.timeout_for(spec);
         let live = Forwarder::start(self.config.live_output, &self.queue, &claimed.id, claimed.deliveries, timeout);
         let slot = self.runner.hold_slot();
-        let (mut outcome, alive) = s.child.exec(spec, self.runner.sandbox(), &cancel, live.live()).await;
+        let (mut outcome, alive) = s.child.exec(spec, self.runner.sandbox(), &cancel, &interrupt, live.live()).await;
         drop(slot);
         self.metrics.observe_usage(spec.language, crate::metrics::Lane::Session, &outcome);
         live.finish().await;

@@ -86,7 +86,10 @@ async fn run_in(lane: Lane, language: Language, code: &str) -> Outcome {
         Lane::Session => {
             let mut session = SessionChild::open(&sandbox, language, Restore::Fresh).await.expect("session opens");
             let exec = JobSpec { session: Some(SessionTask { id: "resources".into(), op: SessionOp::Exec }), ..spec };
-            session.exec(&exec, &sandbox, &CancellationToken::new(), &Live::default()).await.0
+            session
+                .exec(&exec, &sandbox, &CancellationToken::new(), &CancellationToken::new(), &Live::default())
+                .await
+                .0
         }
     }
 }

@@ -1,6 +1,9 @@
 //! APIs compatible with other code runners, so that code written for them
 //! runs against runbox unchanged:
 //!
+//! - `e2b`: E2B's sandboxes and code interpreter, under `/e2b`, for E2B's
+//!   SDKs. It is built on sessions rather than jobs, and keeps a record of
+//!   its own per sandbox (see its module).
 //! - `judge0`: Judge0 CE 1.13.1, under `/judge0`.
 //! - `piston`: Piston v2, under `/piston/{token}`.
 //! - `sandbox_fusion`: SandboxFusion's `run_code` and `run_jupyter`, under
@@ -13,6 +16,7 @@
 //! [`crate::ApiError`]. Piston and SandboxFusion carry the token in the
 //! path, so [`redacted_path`] is the only form of a path that is logged.
 
+pub mod e2b;
 pub mod judge0;
 pub mod piston;
 pub mod sandbox_fusion;
@@ -35,7 +39,7 @@ pub fn router(state: &AppState) -> Router<AppState> {
     let judge0 = judge0::router(state).layer(DefaultBodyLimit::max(limits.max_batch_bytes));
     let piston = piston::router(state).layer(DefaultBodyLimit::max(limits.max_body_bytes()));
     let sandbox_fusion = sandbox_fusion::router(state).layer(DefaultBodyLimit::max(limits.max_body_bytes()));
-    Router::new().nest("/judge0", judge0).merge(piston).merge(sandbox_fusion)
+    Router::new().nest("/e2b", e2b::router(state)).nest("/judge0", judge0).merge(piston).merge(sandbox_fusion)
 }
 
 /// The path as it may be logged or shown: a token in the path (Piston's,

@@ -738,6 +738,7 @@ async fn step(
         code: Some(JUPYTER_STEP.to_owned()),
         stdin: Some(step.to_string()),
         timeout_ms: Some(u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX).max(1)),
+        ..ExecRequest::default()
     };
     Ok(match sessions::exec_record(state, caller, session, exec).await? {
         Some(record) if record.status.is_final() => Ok(record),

@@ -6,7 +6,7 @@ use runbox_common::{JobSpec, Language};
 use serde::Deserialize;
 use utoipa::ToSchema;
 
-use super::{FieldError, Program, whole_number};
+use super::{FieldError, FileRequest, Program, ReturnFilesRequest, whole_number};
 use crate::config::{ApiLimits, SessionLimits};
 
 /// The body of `POST /v1/sessions`.
@@ -73,6 +73,13 @@ pub struct ExecRequest {
     #[serde(default, deserialize_with = "whole_number")]
     #[schema(minimum = 1)]
     pub timeout_ms: Option<u64>,
+    /// Python sessions only: files written under the session's home before
+    /// the code runs, as a job's `files`; they stay in the session.
+    pub files: Option<Vec<FileRequest>>,
+    /// Python sessions only: `true` for every file under the home this exec
+    /// created or changed, or up to 64 paths under the home; the job's
+    /// `files` has them, as a job's does.
+    pub return_files: Option<ReturnFilesRequest>,
 }
 
 impl ExecRequest {
@@ -85,11 +92,24 @@ impl ExecRequest {
                 "stdin is not available in a JavaScript session: pass data in the code, or use a job",
             ));
         }
+        if language == Language::Javascript {
+            for (field, given) in [("files", self.files.is_some()), ("return_files", self.return_files.is_some())] {
+                if given {
+                    let message = format!(
+                        "{field} is not available in a JavaScript session: its code has no file system; \
+                         use a Python session, or a job"
+                    );
+                    return Err(FieldError::invalid(field, message));
+                }
+            }
+        }
         let program = Program {
             language: Some(language),
             code: self.code,
             stdin: self.stdin,
             timeout_ms: self.timeout_ms,
+            files: self.files,
+            return_files: self.return_files,
             ..Program::default()
         };
         program.validate(limits)

@@ -50,6 +50,7 @@ mod batches;
 mod callbacks;
 mod jobs;
 mod live;
+mod sandboxes;
 mod sessions;
 mod workers;
 

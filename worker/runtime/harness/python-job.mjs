@@ -16,7 +16,7 @@
 //   proxy when `egress` (egress-fetch.mjs's source and a port) is given;
 // - `{op: "run", job}`: runs one exec in the session's `__main__`;
 // - `{op: "checkpoint"}`: the instance's memory and files;
-// - `{op: "file", action, path, content, limits}`: one operation of the
+// - `{op: "file", action, path, to, content, limits}`: one operation of the
 //   session's files API on its home (see `fileOp`).
 //
 // Each gets one reply, with its `seq`: `{ok, message}` for init and open,
@@ -163,6 +163,9 @@ async function run(job) {
   const { pyodide, runInSession } = instance;
   hideHostDetails([]);
   writeFiles(pyodide.FS, job.files ?? []);
+  // With `return_files: true`, the files this exec wrote: those whose
+  // change time or size moved (or that are new), against what was there.
+  const before = job.return_files?.want === true ? changeTimes(pyodide.FS) : null;
   const stdin = encoder.encode(job.stdin ?? "");
   let consumed = 0;
   pyodide.setStdin({
@@ -178,7 +181,51 @@ async function run(job) {
   execs += 1;
   const result = await runInSession.callPromising(job.code, `<exec ${execs}>`);
   const memoryError = (result & MEMORY_FLAG) !== 0 && largestMemory() >= (job.memory_mb * 1024 * 1024) / 2;
-  return { status: result & 0xff, memoryError };
+  const files = job.return_files && !memoryError ? filesWritten(pyodide.FS, job.return_files, before) : null;
+  return { status: result & 0xff, memoryError, files };
+}
+
+/** Each regular file under the home (a relative path), with when it last changed and its size. */
+function changeTimes(FS) {
+  const times = new Map();
+  const walkInto = (dir, prefix) => {
+    for (const name of FS.readdir(dir)) {
+      if (name === "." || name === "..") continue;
+      const stat = FS.lstat(`${dir}/${name}`);
+      if (FS.isDir(stat.mode)) walkInto(`${dir}/${name}`, `${prefix}${name}/`);
+      else if (FS.isFile(stat.mode)) times.set(`${prefix}${name}`, `${millisOf(stat.ctime)}:${stat.size}`);
+    }
+  };
+  walkInto(HOME, "");
+  return times;
+}
+
+/**
+ * The files an exec's `return_files` asks for, under the home, in path
+ * order: the listed paths that are regular files, or with `true` every
+ * regular file the exec wrote (`before` holds the change times it
+ * started with). Links are not followed. At most `max_files` files and
+ * `max_bytes` bytes in all are kept; the harness checks the shape again.
+ */
+function filesWritten(FS, { want, max_files: maxFiles, max_bytes: maxBytes }, before) {
+  const now = changeTimes(FS);
+  const paths = want === true ? [...now.keys()].filter((path) => before.get(path) !== now.get(path)) : want;
+  const out = { files: [], truncated: false };
+  let budget = maxBytes;
+  for (const path of [...paths].sort()) {
+    if (!now.has(path)) continue;
+    if (out.files.length === maxFiles) {
+      out.truncated = true;
+      break;
+    }
+    const bytes = FS.readFile(`${HOME}/${path}`);
+    const kept = bytes.subarray(0, budget);
+    budget -= kept.length;
+    const truncated = kept.length < bytes.length;
+    out.truncated ||= truncated;
+    out.files.push({ path, content: base64(kept), size: bytes.length, truncated });
+  }
+  return out;
 }
 
 /**
@@ -234,21 +281,13 @@ function unpack(bytes) {
  * removes the link). An upload is refused where it
  * would take the files under the home past the session's caps.
  */
-function fileOp({ action, path, content, limits }) {
+function fileOp({ action, path, to, content, limits }) {
   const FS = instance.pyodide.FS;
   const refuse = (code) => ({ ok: false, code });
-  const names = path === "" ? [] : path.split("/");
-  const full = names.length > 0 ? `${HOME}/${path}` : HOME;
-  let at = HOME;
-  let found = lstatOf(FS, HOME);
-  for (let i = 0; i < names.length && found; i++) {
-    if (!FS.isDir(found.mode)) return refuse("not_a_directory");
-    at += `/${names[i]}`;
-    found = lstatOf(FS, at);
-    // A link itself may be deleted, never gone through.
-    const last = i === names.length - 1;
-    if (found && FS.isLink(found.mode) && !(last && action === "delete")) return refuse("link");
-  }
+  // A link itself may be deleted or moved, never gone through.
+  const at = resolve(FS, path, action === "delete" || action === "move");
+  if (at.refusal) return refuse(at.refusal);
+  const { full, found, names } = at;
   switch (action) {
     case "put": {
       if (found && FS.isDir(found.mode)) return refuse("not_a_file");
@@ -269,20 +308,63 @@ function fileOp({ action, path, content, limits }) {
       if (!found) return refuse("no_file");
       if (!FS.isDir(found.mode)) return refuse("not_a_directory");
       const all = FS.readdir(full).filter((name) => name !== "." && name !== "..");
-      const entries = all.slice(0, limits.max_entries).map((name) => {
-        const stat = FS.lstat(`${full}/${name}`);
-        const type = FS.isDir(stat.mode) ? 1 : FS.isLink(stat.mode) ? 2 : 0;
-        return { name, type, size: type === 0 ? stat.size : 0, mtime: millisOf(stat.mtime) };
-      });
+      const entries = all.slice(0, limits.max_entries).map((name) => entryOf(FS, name, `${full}/${name}`));
       return { ok: true, entries, truncated: all.length > entries.length };
     }
+    case "stat":
+      if (!found) return refuse("no_file");
+      if (names.length === 0) return refuse("not_a_file");
+      return { ok: true, entries: [entryOf(FS, names.at(-1), full)], truncated: false };
     case "delete":
       if (!found) return refuse("no_file");
       if (names.length === 0) return refuse("not_a_file");
       removeTree(FS, full);
       return { ok: true };
+    case "mkdir":
+      if (found) return refuse(FS.isDir(found.mode) ? "exists" : "not_a_directory");
+      FS.mkdirTree(full);
+      return { ok: true };
+    case "move": {
+      if (!found) return refuse("no_file");
+      if (names.length === 0) return refuse("not_a_file");
+      const target = resolve(FS, to, false);
+      if (target.refusal) return refuse(target.refusal);
+      if (target.found && FS.isDir(target.found.mode)) return refuse("exists");
+      // A directory moved into itself would vanish from the home.
+      if (FS.isDir(found.mode) && `${target.full}/`.startsWith(`${full}/`)) return refuse("not_a_directory");
+      FS.mkdirTree(target.full.slice(0, target.full.lastIndexOf("/")));
+      FS.rename(full, target.full);
+      return { ok: true };
+    }
   }
   return { ok: false, message: `unknown file action ${action}` };
+}
+
+/**
+ * Where `path` (relative to the home) leads: its full path, what is there
+ * (null for nothing), its names; or why it is refused: it goes through a
+ * file, or through a link (a link as its last name only if `lastLinkOk`).
+ */
+function resolve(FS, path, lastLinkOk) {
+  const names = path === "" ? [] : path.split("/");
+  const full = names.length > 0 ? `${HOME}/${path}` : HOME;
+  let at = HOME;
+  let found = lstatOf(FS, HOME);
+  for (let i = 0; i < names.length && found; i++) {
+    if (!FS.isDir(found.mode)) return { refusal: "not_a_directory" };
+    at += `/${names[i]}`;
+    found = lstatOf(FS, at);
+    const last = i === names.length - 1;
+    if (found && FS.isLink(found.mode) && !(last && lastLinkOk)) return { refusal: "link" };
+  }
+  return { full, found, names };
+}
+
+/** One entry of a listing: 0 a file, 1 a directory, 2 a link (never followed). */
+function entryOf(FS, name, path) {
+  const stat = FS.lstat(path);
+  const type = FS.isDir(stat.mode) ? 1 : FS.isLink(stat.mode) ? 2 : 0;
+  return { name, type, size: type === 0 ? stat.size : 0, mtime: millisOf(stat.mtime) };
 }
 
 function lstatOf(FS, path) {
@@ -350,12 +432,11 @@ function readFiles(FS) {
   return files;
 }
 
-/** Puts files in Pyodide's in-memory file system (relative paths: under the working directory). */
+/** Puts an exec's files under the home, wherever its code went since (their paths are relative and checked). */
 function writeFiles(FS, files) {
   for (const file of files) {
-    const { path } = file;
-    const slash = path.lastIndexOf("/");
-    if (slash > 0) FS.mkdirTree(path.slice(0, slash));
+    const path = `${HOME}/${file.path}`;
+    FS.mkdirTree(path.slice(0, path.lastIndexOf("/")));
     FS.writeFile(path, inputBytes(file));
   }
 }

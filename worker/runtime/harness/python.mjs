@@ -209,7 +209,16 @@ function messageOf(reply) {
 }
 
 /** The refusals a file operation's reply may name (`FileRefusal` in common/src/session.rs). */
-const FILE_REFUSALS = ["no_file", "not_a_file", "not_a_directory", "link", "files_full", "too_many_files", "too_large"];
+const FILE_REFUSALS = [
+  "no_file",
+  "not_a_file",
+  "not_a_directory",
+  "link",
+  "files_full",
+  "too_many_files",
+  "too_large",
+  "exists",
+];
 
 /**
  * One file operation of the session's files API, done by its Worker (see
@@ -227,7 +236,7 @@ async function serveFile(realm, frame, content) {
     max_count: Number(frame.max_count),
     max_entries: Number(frame.max_entries),
   };
-  const request = { op: "file", action, path: String(frame.path ?? ""), content, limits };
+  const request = { op: "file", action, path: String(frame.path ?? ""), to: String(frame.to ?? ""), content, limits };
   const reply = await realm.ask(request, content.length > 0 ? [content.buffer] : []);
   let end = { kind: "end", status: 0 };
   if (reply.ok !== true) {
@@ -239,7 +248,7 @@ async function serveFile(realm, frame, content) {
     const own = bytes instanceof Uint8Array && !(bytes.buffer instanceof SharedArrayBuffer);
     if (parts.length === 1 && own && bytes.length <= limits.max_file) channel.report({ kind: "file" }, bytes);
     else end = { kind: "end", status: 1, error: "the session's reply was not a file" };
-  } else if (action === "list") {
+  } else if (action === "list" || action === "stat") {
     const listed = listedEntries(reply.entries, limits.max_entries);
     const truncated = reply.truncated === true || listed?.skipped === true;
     if (listed) channel.report({ kind: "file" }, listingSection({ entries: listed.entries, truncated }));
@@ -447,6 +456,13 @@ async function serveSession() {
   // Byte 0 is Pyodide's interrupt buffer, which the Worker's instance reads.
   const interrupt = new SharedArrayBuffer(1);
   const flag = new Uint8Array(interrupt);
+  // The runner sends SIGINT to stop the exec running (a cancelled exec):
+  // the code gets a KeyboardInterrupt, as at its timeout, and the session
+  // lives on. Between execs there is nothing to stop.
+  let running = false;
+  Deno.addSignalListener("SIGINT", () => {
+    if (running) Atomics.store(flag, 0, 2);
+  });
   const realm = await sessionWorker(interrupt);
   Deno.permissions.revokeSync({ name: "read" });
   Deno.permissions.revokeSync({ name: "write" });
@@ -493,15 +509,21 @@ async function serveSession() {
     channel.report({ kind: "started" });
     egress?.begin(frame.egress_tag);
     Atomics.store(flag, 0, 0);
+    running = true;
     let interrupted = false;
     const timer = setTimeout(() => {
       interrupted = true;
       Atomics.store(flag, 0, 2); // SIGINT
     }, Number(frame.timeout_ms));
-    const { status, memoryError } = resultOf(await realm.ask({ op: "run", job: jobOf(frame) }));
+    const reply = await realm.ask({ op: "run", job: jobOf(frame) });
+    const { status, memoryError } = resultOf(reply);
     clearTimeout(timer);
+    running = false;
     Atomics.store(flag, 0, 0);
     egress?.clear();
+    if (frame.return_files && !memoryError) {
+      channel.report({ kind: "files" }, filesSection(filesOf(reply.files, frame.return_files)));
+    }
     endOutput(frame.nonce);
     channel.report({ kind: "end", status, interrupted, ...(memoryError ? { memory: true } : {}) });
   }

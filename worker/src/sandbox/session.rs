@@ -15,7 +15,7 @@
 use std::time::Duration;
 
 use runbox_common::{
-    FileAction, FileRefusal, FileResult, JobSpec, Language, MAX_LISTING_ENTRIES, MAX_SESSION_FILE_BYTES,
+    FileAction, FileRefusal, FileResult, InputFile, JobSpec, Language, MAX_LISTING_ENTRIES, MAX_SESSION_FILE_BYTES,
     MAX_SESSION_FILES, MAX_SESSION_FILES_BYTES, Outcome,
 };
 use tokio_util::sync::CancellationToken;
@@ -28,6 +28,10 @@ use super::{Sandbox, SandboxError};
 
 /// How long restoring a Python checkpoint may take.
 const RESTORE_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// How long an interrupted Python exec has to end before its session's
+/// process is killed.
+const INTERRUPT_GRACE: Duration = Duration::from_secs(5);
 
 /// How long taking a snapshot and sending it may take.
 const CHECKPOINT_TIMEOUT: Duration = Duration::from_secs(60);
@@ -198,16 +202,37 @@ impl SessionChild {
     }
 
     /// Runs one exec. Returns its outcome and whether the session lives on:
-    /// false when the child was killed (hard timeout, memory, cancel) or died.
-    /// The output its caps keep goes to `live` as it is written.
+    /// false when the child was killed (hard timeout, memory, `kill`) or
+    /// died. The output its caps keep goes to `live` as it is written.
+    ///
+    /// `interrupt` stops the exec and keeps the session: a Python session
+    /// gets SIGINT, which its harness turns into a KeyboardInterrupt in the
+    /// running code (as its own timeout does), and is killed only if the
+    /// exec has not ended [`INTERRUPT_GRACE`] later. A JavaScript exec
+    /// cannot be stopped from outside its Worker, so it is killed at once.
     pub async fn exec(
         &mut self,
         spec: &JobSpec,
         sandbox: &Sandbox,
-        cancel: &CancellationToken,
+        kill: &CancellationToken,
+        interrupt: &CancellationToken,
         live: &Live,
     ) -> (Outcome, bool) {
-        let (outcome, alive) = self.inner.run(spec, sandbox, cancel, live).await;
+        let hard = kill.child_token();
+        let pid = self.inner.child.id().filter(|_| self.inner.kind == Kind::Python);
+        let escalate = tokio::spawn({
+            let (interrupt, hard) = (interrupt.clone(), hard.clone());
+            async move {
+                interrupt.cancelled().await;
+                if let Some(pid) = pid.and_then(|pid| i32::try_from(pid).ok()) {
+                    let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGINT);
+                    tokio::time::sleep(INTERRUPT_GRACE).await;
+                }
+                hard.cancel();
+            }
+        });
+        let (outcome, alive) = self.inner.run(spec, sandbox, &hard, live).await;
+        escalate.abort();
         if alive && self.inner.kind == Kind::Js {
             let timeout_ms = u64::try_from(sandbox.limits.timeout_for(spec).as_millis()).unwrap_or(u64::MAX);
             self.replay.push(Replayed { code: spec.code.clone(), timeout_ms });
@@ -246,13 +271,25 @@ impl SessionChild {
         }
     }
 
-    /// Puts, reads, lists or deletes a file under the session's home
+    /// Puts, reads, lists, deletes, stats, makes or moves a file under the session's home
     /// (Python only: a JavaScript session has no file system to hold
     /// them). The bytes cross the channel raw, both ways.
     pub async fn file(&mut self, action: &FileAction) -> Result<FileResult, SessionError> {
         use base64::Engine;
         if self.inner.kind == Kind::Js {
             return Ok(FileResult::Refused { refusal: FileRefusal::Unsupported });
+        }
+        // The api checked the paths; a signed job that holds others is refused here too.
+        let to = match action {
+            FileAction::Move { to, .. } => Some(to.as_str()),
+            _ => None,
+        };
+        for path in std::iter::once(action.path()).chain(to) {
+            // An empty path is the home itself, which only a listing or a stat names.
+            let home = path.is_empty() && matches!(action, FileAction::List { .. } | FileAction::Stat { .. });
+            if let (false, Err(e)) = (home, InputFile::check_path(path)) {
+                return Err(SessionError::Failed(format!("refused the file operation's path: {e}")));
+            }
         }
         let content = match action {
             FileAction::Put { content, .. } => base64::engine::general_purpose::STANDARD
@@ -269,6 +306,7 @@ impl SessionChild {
             "nonce": nonce,
             "action": action.name(),
             "path": action.path(),
+            "to": to.unwrap_or(""),
             "size": content.len(),
             "max_file": MAX_SESSION_FILE_BYTES,
             "max_total": MAX_SESSION_FILES_BYTES,
@@ -299,6 +337,17 @@ impl SessionChild {
                     Some((entries, truncated)) => Ok(FileResult::Listing { entries, truncated }),
                     None => Err(SessionError::Failed("the session's listing was not one its harness writes".into())),
                 },
+                // A listing of the entry's directory that holds only the entry.
+                FileAction::Stat { path } => {
+                    let dir = path.rsplit_once('/').map_or("", |(dir, _)| dir);
+                    match super::listing::listing(&exchange.bytes, dir) {
+                        Some((mut entries, false)) if entries.len() == 1 && entries[0].path == *path => {
+                            Ok(FileResult::Entry { entry: entries.remove(0) })
+                        }
+                        _ => Err(SessionError::Failed("the session's entry was not one its harness writes".into())),
+                    }
+                }
+                FileAction::Mkdir { .. } | FileAction::Move { .. } => Ok(FileResult::Done),
             },
             // A refusal names its reason; any other failure is the session's.
             Ending::Finished { error: Some(code), .. } if FileRefusal::parse(&code).is_some() => {

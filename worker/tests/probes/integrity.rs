@@ -96,7 +96,8 @@ async fn forged_checkpoint_header(length: u64) {
     let task = SessionTask { id: "forger".into(), op: SessionOp::Exec };
     let exec =
         JobSpec { session: Some(task), ..spec(Py, &FORGE_CHECKPOINT_HEADER.replace("LENGTH", &length.to_string())) };
-    let (outcome, alive) = session.exec(&exec, sandbox, &CancellationToken::new(), &Live::default()).await;
+    let (outcome, alive) =
+        session.exec(&exec, sandbox, &CancellationToken::new(), &CancellationToken::new(), &Live::default()).await;
     assert_ran(&outcome, 0, "forging\n");
     assert!(alive, "{outcome:#?}");
     let started = Instant::now();
@@ -109,7 +110,8 @@ async fn forged_checkpoint_header(length: u64) {
     // for the checkpoint is not the next exec's output.
     let task = SessionTask { id: "after".into(), op: SessionOp::Exec };
     let exec = JobSpec { session: Some(task), ..spec(Py, "print('after')") };
-    let (outcome, alive) = session.exec(&exec, sandbox, &CancellationToken::new(), &Live::default()).await;
+    let (outcome, alive) =
+        session.exec(&exec, sandbox, &CancellationToken::new(), &CancellationToken::new(), &Live::default()).await;
     if alive {
         assert_ran(&outcome, 0, "after\n");
     }
@@ -118,7 +120,8 @@ async fn forged_checkpoint_header(length: u64) {
     let mut next = SessionChild::open(sandbox, Py, Restore::Fresh).await.expect("a new session opens");
     let task = SessionTask { id: "next".into(), op: SessionOp::Exec };
     let exec = JobSpec { session: Some(task), ..spec(Py, "print(6 * 7)") };
-    let (outcome, alive) = next.exec(&exec, sandbox, &CancellationToken::new(), &Live::default()).await;
+    let (outcome, alive) =
+        next.exec(&exec, sandbox, &CancellationToken::new(), &CancellationToken::new(), &Live::default()).await;
     assert_ran(&outcome, 0, "42\n");
     assert!(alive, "{outcome:#?}");
 }
@@ -397,7 +400,8 @@ async fn a_replay_that_loops_ends_within_its_execs_timeout() {
     let mut session = SessionChild::open(sandbox, Language::Javascript, Restore::Replay(log)).await.expect("opens");
     let task = SessionTask { id: "replay".into(), op: SessionOp::Exec };
     let exec = JobSpec { session: Some(task), ..spec(Js, "console.log(n + 1)") };
-    let (outcome, alive) = session.exec(&exec, sandbox, &CancellationToken::new(), &Live::default()).await;
+    let (outcome, alive) =
+        session.exec(&exec, sandbox, &CancellationToken::new(), &CancellationToken::new(), &Live::default()).await;
     assert!(alive);
     assert_ran(&outcome, 0, "42\n");
 }

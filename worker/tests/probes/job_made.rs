@@ -12,7 +12,9 @@ use crate::util::*;
 async fn exec(session: &mut SessionChild, code: &str) -> runbox_common::Outcome {
     let task = SessionTask { id: "exec".into(), op: SessionOp::Exec };
     let spec = JobSpec { session: Some(task), ..spec(Language::Python, code) };
-    let (outcome, alive) = session.exec(&spec, sandbox().await, &CancellationToken::new(), &Live::default()).await;
+    let (outcome, alive) = session
+        .exec(&spec, sandbox().await, &CancellationToken::new(), &CancellationToken::new(), &Live::default())
+        .await;
     assert!(alive, "{outcome:#?}");
     outcome
 }

@@ -100,7 +100,10 @@ pub async fn run_on(runner: &Runner, spec: &JobSpec) -> Outcome {
             SessionChild::open(runner.sandbox(), spec.language, Restore::Fresh).await.expect("session opens");
         let task = SessionTask { id: "probe".into(), op: SessionOp::Exec };
         let exec = JobSpec { session: Some(task), ..spec.clone() };
-        return session.exec(&exec, runner.sandbox(), &CancellationToken::new(), &Live::default()).await.0;
+        return session
+            .exec(&exec, runner.sandbox(), &CancellationToken::new(), &CancellationToken::new(), &Live::default())
+            .await
+            .0;
     }
     if in_shared_lane()
         && let Some(outcome) = run_in_shared_lane(runner, spec).await

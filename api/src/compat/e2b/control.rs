@@ -1,0 +1,387 @@
+//! E2B's control plane: sandboxes made, listed, connected to, timed,
+//! paused and ended, for the token in `X-API-KEY`.
+
+use std::collections::BTreeMap;
+
+use axum::body::Bytes;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use runbox_common::{Language, now_rfc3339, now_unix_ms};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::{
+    Context, ENVD_VERSION, Sandbox, api_error, end, new_sandbox_id, new_secret, owned, plain_error, save,
+    start_session, timeout_s,
+};
+use crate::auth::{Caller, bearer, identify};
+use crate::error::ApiError;
+use crate::sessions;
+use crate::state::AppState;
+
+/// Templates a sandbox may name: E2B's code interpreter's and its base
+/// one. Both are the same runbox sandbox.
+const TEMPLATES: [&str; 2] = ["code-interpreter-v1", "base"];
+
+pub(super) fn router() -> Router<AppState> {
+    Router::new()
+        .route("/v2/sandboxes", get(list).post(create))
+        .route("/sandboxes", get(list))
+        .route("/v2/sandboxes/{id}/connect", post(connect))
+        .route("/sandboxes/{id}", get(info).delete(kill))
+        .route("/sandboxes/{id}/timeout", post(set_timeout))
+        .route("/sandboxes/{id}/pause", post(pause))
+        .route("/sandboxes/{id}/resume", post(resume))
+}
+
+/// The caller named by `X-API-KEY` (or a bearer token).
+fn caller(state: &AppState, headers: &HeaderMap) -> Result<Caller, Response> {
+    let key = headers.get("x-api-key").and_then(|v| v.to_str().ok()).or_else(|| bearer(headers));
+    identify(state, key)
+        .ok_or_else(|| plain_error(StatusCode::UNAUTHORIZED, "invalid API key: E2B_API_KEY must be a runbox token"))
+}
+
+/// A JSON body, or `{}` when there is none.
+fn body<T: for<'de> Deserialize<'de> + Default>(bytes: &Bytes) -> Result<T, Response> {
+    if bytes.iter().all(u8::is_ascii_whitespace) {
+        return Ok(T::default());
+    }
+    serde_json::from_slice(bytes)
+        .map_err(|e| plain_error(StatusCode::BAD_REQUEST, &format!("the body is not the JSON expected: {e}")))
+}
+
+fn not_found(id: &str) -> Response {
+    plain_error(StatusCode::NOT_FOUND, &format!("sandbox {id} not found"))
+}
+
+#[derive(Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct CreateBody {
+    #[serde(rename = "templateID")]
+    template_id: Option<String>,
+    timeout: Option<u64>,
+    metadata: Option<BTreeMap<String, String>>,
+    env_vars: Option<BTreeMap<String, String>>,
+}
+
+/// `POST /v2/sandboxes`: a sandbox with its default Python context open.
+async fn create(State(state): State<AppState>, headers: HeaderMap, bytes: Bytes) -> Response {
+    let caller = match caller(&state, &headers) {
+        Ok(caller) => caller,
+        Err(refused) => return refused,
+    };
+    let request: CreateBody = match body(&bytes) {
+        Ok(request) => request,
+        Err(refused) => return refused,
+    };
+    let template = request.template_id.unwrap_or_else(|| TEMPLATES[0].to_owned());
+    if !TEMPLATES.contains(&template.as_str()) {
+        let message = format!(
+            "template {template:?} does not exist here: runbox runs the templates {TEMPLATES:?}, one sandbox that \
+             runs Python and JavaScript"
+        );
+        return plain_error(StatusCode::BAD_REQUEST, &message);
+    }
+    if request.env_vars.is_some_and(|vars| !vars.is_empty()) {
+        let message = "envVars are not supported: runbox sandboxes have no environment to set; pass env_vars to \
+                       run_code instead";
+        return plain_error(StatusCode::BAD_REQUEST, message);
+    }
+    let timeout = match timeout_s(request.timeout, &state) {
+        Ok(timeout) => timeout,
+        Err(e) => return api_error(e),
+    };
+    let mut sandbox = Sandbox {
+        id: new_sandbox_id(),
+        owner: caller.0.clone(),
+        template,
+        access_token: new_secret(),
+        traffic_token: new_secret(),
+        metadata: request.metadata.unwrap_or_default(),
+        started_at: now_rfc3339(),
+        end_at_ms: now_unix_ms() + timeout * 1000,
+        paused: false,
+        contexts: Vec::new(),
+        cells: 0,
+    };
+    let session = match start_session(&state, &caller, &sandbox, Language::Python, None).await {
+        Ok(session) => session,
+        Err(e) => return api_error(e),
+    };
+    sandbox.contexts.push(Context {
+        id: uuid::Uuid::new_v4().to_string(),
+        language: Language::Python,
+        default: true,
+        session: Some(session),
+        checkpoint: None,
+    });
+    if let Err(e) = save(&state, &sandbox).await {
+        let _ = end(&state, &sandbox).await;
+        return api_error(e);
+    }
+    tracing::info!(sandbox = %sandbox.id, "e2b sandbox created");
+    (StatusCode::CREATED, Json(created_view(&sandbox))).into_response()
+}
+
+/// What create and connect answer: the sandbox and its data-plane tokens.
+fn created_view(sandbox: &Sandbox) -> Value {
+    json!({
+        "templateID": sandbox.template,
+        "sandboxID": sandbox.id,
+        "clientID": "runbox",
+        "envdVersion": ENVD_VERSION,
+        "envdAccessToken": sandbox.access_token,
+        "trafficAccessToken": sandbox.traffic_token,
+        "domain": null,
+    })
+}
+
+/// A sandbox as list and get_info show it.
+fn listed_view(sandbox: &Sandbox) -> Value {
+    json!({
+        "templateID": sandbox.template,
+        "sandboxID": sandbox.id,
+        "clientID": "runbox",
+        "startedAt": sandbox.started_at,
+        "endAt": sandbox.end_at(),
+        "cpuCount": 1,
+        "memoryMB": 0,
+        "diskSizeMB": 0,
+        "state": if sandbox.paused { "paused" } else { "running" },
+        "envdVersion": ENVD_VERSION,
+        "metadata": sandbox.metadata,
+    })
+}
+
+#[derive(Deserialize)]
+struct ListQuery {
+    state: Option<String>,
+    metadata: Option<String>,
+}
+
+/// `GET /v2/sandboxes`: the caller's sandboxes, running and paused, or
+/// those `state` names; `metadata` (`k=v&...`, URL-encoded) filters them.
+async fn list(State(state): State<AppState>, headers: HeaderMap, Query(query): Query<ListQuery>) -> Response {
+    let caller = match caller(&state, &headers) {
+        Ok(caller) => caller,
+        Err(refused) => return refused,
+    };
+    let records = match state.queue.owner_e2b_sandboxes(&caller.0).await {
+        Ok(records) => records,
+        Err(e) => return api_error(e.into()),
+    };
+    let states: Vec<&str> = query.state.as_deref().map_or(vec!["running", "paused"], |s| s.split(',').collect());
+    let wanted: Vec<(String, String)> = query.metadata.as_deref().map(|m| form_urlencoded_pairs(m)).unwrap_or_default();
+    let mut shown = Vec::new();
+    for record in records {
+        let Ok(sandbox) = serde_json::from_str::<Sandbox>(&record) else { continue };
+        // Read again through `load`, which ends one past its time.
+        let Ok(Some(sandbox)) = super::load(&state, &sandbox.id).await else { continue };
+        let view = listed_view(&sandbox);
+        let matches = wanted.iter().all(|(k, v)| sandbox.metadata.get(k) == Some(v));
+        if matches && states.contains(&view["state"].as_str().unwrap_or("")) {
+            shown.push(view);
+        }
+    }
+    shown.sort_by(|a, b| a["startedAt"].as_str().cmp(&b["startedAt"].as_str()));
+    Json(shown).into_response()
+}
+
+/// `k=v&k2=v2`, percent-decoded.
+fn form_urlencoded_pairs(text: &str) -> Vec<(String, String)> {
+    let decoded = percent_encoding::percent_decode_str(text).decode_utf8_lossy().into_owned();
+    decoded.split('&').filter_map(|pair| pair.split_once('=')).map(|(k, v)| (k.to_owned(), v.to_owned())).collect()
+}
+
+/// `GET /sandboxes/{id}`.
+async fn info(State(state): State<AppState>, headers: HeaderMap, Path(id): Path<String>) -> Response {
+    let caller = match caller(&state, &headers) {
+        Ok(caller) => caller,
+        Err(refused) => return refused,
+    };
+    match owned(&state, &caller, &id).await {
+        Ok(Some(sandbox)) => Json(listed_view(&sandbox)).into_response(),
+        Ok(None) => not_found(&id),
+        Err(e) => api_error(e),
+    }
+}
+
+/// `DELETE /sandboxes/{id}`: ends its sessions; 404 if there is none.
+async fn kill(State(state): State<AppState>, headers: HeaderMap, Path(id): Path<String>) -> Response {
+    let caller = match caller(&state, &headers) {
+        Ok(caller) => caller,
+        Err(refused) => return refused,
+    };
+    match owned(&state, &caller, &id).await {
+        Ok(Some(sandbox)) => match end(&state, &sandbox).await {
+            Ok(_) => StatusCode::NO_CONTENT.into_response(),
+            Err(e) => api_error(e),
+        },
+        Ok(None) => not_found(&id),
+        Err(e) => api_error(e),
+    }
+}
+
+#[derive(Default, Deserialize)]
+struct TimeoutBody {
+    timeout: Option<u64>,
+}
+
+/// `POST /sandboxes/{id}/timeout`: the sandbox ends `timeout` seconds
+/// from now.
+async fn set_timeout(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    bytes: Bytes,
+) -> Response {
+    let caller = match caller(&state, &headers) {
+        Ok(caller) => caller,
+        Err(refused) => return refused,
+    };
+    let request: TimeoutBody = match body(&bytes) {
+        Ok(request) => request,
+        Err(refused) => return refused,
+    };
+    let Some(asked) = request.timeout else {
+        return plain_error(StatusCode::BAD_REQUEST, "timeout (seconds) is required");
+    };
+    let timeout = match timeout_s(Some(asked), &state) {
+        Ok(timeout) => timeout,
+        Err(e) => return api_error(e),
+    };
+    let mut sandbox = match owned(&state, &caller, &id).await {
+        Ok(Some(sandbox)) => sandbox,
+        Ok(None) => return not_found(&id),
+        Err(e) => return api_error(e),
+    };
+    sandbox.end_at_ms = now_unix_ms() + timeout * 1000;
+    match save(&state, &sandbox).await {
+        Ok(()) => StatusCode::NO_CONTENT.into_response(),
+        Err(e) => api_error(e),
+    }
+}
+
+/// `POST /sandboxes/{id}/pause`: every context's session checkpointed and
+/// ended, its process freed. 409 if it is paused already.
+async fn pause(State(state): State<AppState>, headers: HeaderMap, Path(id): Path<String>) -> Response {
+    let caller = match caller(&state, &headers) {
+        Ok(caller) => caller,
+        Err(refused) => return refused,
+    };
+    let mut sandbox = match owned(&state, &caller, &id).await {
+        Ok(Some(sandbox)) => sandbox,
+        Ok(None) => return not_found(&id),
+        Err(e) => return api_error(e),
+    };
+    if sandbox.paused {
+        return plain_error(StatusCode::CONFLICT, &format!("sandbox {id} is already paused"));
+    }
+    // Every checkpoint first: a sandbox that cannot be saved whole keeps running.
+    let mut saved = Vec::with_capacity(sandbox.contexts.len());
+    for context in &sandbox.contexts {
+        let checkpoint = match &context.session {
+            Some(session) => match sessions::take_checkpoint(&state, &caller, session).await {
+                Ok(info) => Some(info.id),
+                Err(e) => return api_error(e),
+            },
+            None => None,
+        };
+        saved.push(checkpoint);
+    }
+    for (context, checkpoint) in sandbox.contexts.iter_mut().zip(saved) {
+        if let Some(session) = context.session.take()
+            && let Err(e) = sessions::destroy_session(&state, &caller, &session).await
+        {
+            tracing::debug!(%session, error = %e, "ending a paused sandbox's session");
+        }
+        context.checkpoint = checkpoint;
+    }
+    sandbox.paused = true;
+    match save(&state, &sandbox).await {
+        Ok(()) => {
+            tracing::info!(sandbox = %id, "e2b sandbox paused");
+            StatusCode::NO_CONTENT.into_response()
+        }
+        Err(e) => api_error(e),
+    }
+}
+
+/// `POST /v2/sandboxes/{id}/connect`: the sandbox, resumed if paused; a
+/// `timeout` moves its end later, never earlier.
+async fn connect(State(state): State<AppState>, headers: HeaderMap, Path(id): Path<String>, bytes: Bytes) -> Response {
+    wake(state, headers, id, bytes, false).await
+}
+
+/// `POST /sandboxes/{id}/resume`: as connect, for a paused sandbox only.
+async fn resume(State(state): State<AppState>, headers: HeaderMap, Path(id): Path<String>, bytes: Bytes) -> Response {
+    wake(state, headers, id, bytes, true).await
+}
+
+async fn wake(state: AppState, headers: HeaderMap, id: String, bytes: Bytes, paused_only: bool) -> Response {
+    let caller = match caller(&state, &headers) {
+        Ok(caller) => caller,
+        Err(refused) => return refused,
+    };
+    let request: TimeoutBody = match body(&bytes) {
+        Ok(request) => request,
+        Err(refused) => return refused,
+    };
+    let mut sandbox = match owned(&state, &caller, &id).await {
+        Ok(Some(sandbox)) => sandbox,
+        Ok(None) => return not_found(&id),
+        Err(e) => return api_error(e),
+    };
+    if paused_only && !sandbox.paused {
+        return plain_error(StatusCode::CONFLICT, &format!("sandbox {id} is not paused"));
+    }
+    if request.timeout.is_some() || sandbox.paused {
+        let timeout = match timeout_s(request.timeout, &state) {
+            Ok(timeout) => timeout,
+            Err(e) => return api_error(e),
+        };
+        let asked = now_unix_ms() + timeout * 1000;
+        sandbox.end_at_ms = if sandbox.paused { asked } else { sandbox.end_at_ms.max(asked) };
+    }
+    let status = if sandbox.paused {
+        if let Err(e) = restart(&state, &caller, &mut sandbox).await {
+            return api_error(e);
+        }
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
+    match save(&state, &sandbox).await {
+        Ok(()) => (status, Json(created_view(&sandbox))).into_response(),
+        Err(e) => api_error(e),
+    }
+}
+
+/// Starts every context of a paused sandbox again from its checkpoint.
+async fn restart(state: &AppState, caller: &Caller, sandbox: &mut Sandbox) -> Result<(), ApiError> {
+    for i in 0..sandbox.contexts.len() {
+        let Some(checkpoint) = sandbox.contexts[i].checkpoint.clone() else { continue };
+        let language = sandbox.contexts[i].language;
+        match start_session(state, caller, sandbox, language, Some(checkpoint)).await {
+            Ok(session) => sandbox.contexts[i].session = Some(session),
+            Err(e) => {
+                // What started is ended again: the sandbox stays paused, whole.
+                for context in &mut sandbox.contexts {
+                    if let Some(session) = context.session.take() {
+                        let _ = sessions::destroy_session(state, caller, &session).await;
+                    }
+                }
+                return Err(e);
+            }
+        }
+    }
+    for context in &mut sandbox.contexts {
+        context.checkpoint = None;
+    }
+    sandbox.paused = false;
+    tracing::info!(sandbox = %sandbox.id, "e2b sandbox resumed");
+    Ok(())
+}
