@@ -162,7 +162,8 @@ function prepare(pyodide) {
 async function run(job) {
   const { pyodide, runInSession } = instance;
   hideHostDetails([]);
-  writeFiles(pyodide.FS, job.files ?? []);
+  // An exec's files land under the home, wherever its code went since.
+  writeFiles(pyodide.FS, (job.files ?? []).map((file) => ({ ...file, path: `${HOME}/${file.path}` })));
   // With `return_files: true`, the files this exec wrote: those whose
   // change time or size moved (or that are new), against what was there.
   const before = job.return_files?.want === true ? changeTimes(pyodide.FS) : null;
@@ -432,10 +433,9 @@ function readFiles(FS) {
   return files;
 }
 
-/** Puts an exec's files under the home, wherever its code went since (their paths are relative and checked). */
+/** Puts files in Pyodide's in-memory file system, at their absolute paths. */
 function writeFiles(FS, files) {
-  for (const file of files) {
-    const path = `${HOME}/${file.path}`;
+  for (const { path, ...file } of files) {
     FS.mkdirTree(path.slice(0, path.lastIndexOf("/")));
     FS.writeFile(path, inputBytes(file));
   }
