@@ -18,7 +18,7 @@ use axum::extract::rejection::BytesRejection;
 use axum::http::{HeaderValue, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use runbox_common::{
-    FileAction, FileEntry, FileRefusal, FileResult, InputFile, Language, MAX_SESSION_FILE_BYTES, MAX_SESSION_FILES,
+    FileAction, FileEntry, FileRefusal, FileResult, InputFile, MAX_SESSION_FILE_BYTES, MAX_SESSION_FILES,
     MAX_SESSION_FILES_BYTES, Outcome, StepResult,
 };
 
@@ -233,9 +233,6 @@ pub(crate) async fn file_step(
     action: FileAction,
 ) -> Result<FileResult, ApiError> {
     let (session, _) = ready(state, caller, id).await?;
-    if session.language != Language::Python {
-        return Err(ApiError::FilesUnsupported);
-    }
     let path = action.path().to_owned();
     let spec = step(session.language, id, runbox_common::SessionOp::File { action });
     let worker = session.worker.clone().unwrap_or_default();

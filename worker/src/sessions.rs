@@ -352,9 +352,9 @@ impl Worker {
             _ => {
                 let default_ms =
                     u64::try_from(self.runner.sandbox().limits.timeouts.default.as_millis()).unwrap_or(u64::MAX);
-                let log =
+                let (log, files) =
                     Replayed::parse_log(&bytes, default_ms).map_err(|e| format!("checkpoint {id} is damaged: {e}"))?;
-                Restore::Replay(log)
+                Restore::Replay(log, files)
             }
         })
     }

@@ -73,8 +73,8 @@ pub struct ExecRequest {
     #[serde(default, deserialize_with = "whole_number")]
     #[schema(minimum = 1)]
     pub timeout_ms: Option<u64>,
-    /// Python sessions only: files written under the session's home before
-    /// the code runs, as a job's `files`; they stay in the session.
+    /// Files written under the session's home before the code runs, as a
+    /// job's `files`; they stay in the session.
     pub files: Option<Vec<FileRequest>>,
     /// Python sessions only: `true` for every file under the home this exec
     /// created or changed, or up to 64 paths under the home; the job's
@@ -92,16 +92,12 @@ impl ExecRequest {
                 "stdin is not available in a JavaScript session: pass data in the code, or use a job",
             ));
         }
-        if language == Language::Javascript {
-            for (field, given) in [("files", self.files.is_some()), ("return_files", self.return_files.is_some())] {
-                if given {
-                    let message = format!(
-                        "{field} is not available in a JavaScript session: its code has no file system; \
-                         use a Python session, or a job"
-                    );
-                    return Err(FieldError::invalid(field, message));
-                }
-            }
+        if language == Language::Javascript && self.return_files.is_some() {
+            return Err(FieldError::invalid(
+                "return_files",
+                "return_files is for Python sessions, as for jobs: read a JavaScript session's files with the files \
+                 API",
+            ));
         }
         let program = Program {
             language: Some(language),

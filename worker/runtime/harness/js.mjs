@@ -14,8 +14,9 @@
 //
 // A shared-lane child runs each job of one batch in a fresh Worker
 // (`js-job.mjs`); a session child runs its execs in one Worker that lives
-// as long as the session (`js-session.mjs`). This realm holds the channel
-// and the nonces, and no job has a reference to it.
+// as long as the session (`js-session.mjs`), and keeps read and write
+// access to its home, its working directory, alone. This realm holds the
+// channel and the nonces, and no job has a reference to it.
 //
 // The runner's last argument, `egress=<socket>`, when given, is the egress
 // proxy's socket (egress.mjs); a job whose frame says `egress` gets a
@@ -52,8 +53,12 @@ if (mode === "shared" || mode === "session") {
   const channel = new Channel(framesPath, resultsPath);
   const source = readHarnessFile(mode === "shared" ? "js-job.mjs" : "js-session.mjs");
   const fetchSource = readHarnessFile("egress-fetch.mjs");
-  Deno.permissions.revokeSync({ name: "read" });
-  Deno.permissions.revokeSync({ name: "write" });
+  if (mode === "shared") {
+    Deno.permissions.revokeSync({ name: "read" });
+    Deno.permissions.revokeSync({ name: "write" });
+  } else {
+    keepOnlyTheHome();
+  }
   // Deno redefines a global (queueMicrotask) the first time a message
   // crosses a port: done once now, so that a job's first request through
   // the egress port does not change this realm's fingerprint (watchRealm).
@@ -96,6 +101,28 @@ try {
   }
   writeError(`error: Uncaught ${text}\n`);
   exit(1);
+}
+
+/**
+ * A session keeps read and write access to its home (its working
+ * directory) and loses the rest: the harness's files, the channel, the
+ * egress socket. Each is revoked by path, then checked gone, since a
+ * revocation that missed would leave it to the session's code.
+ */
+function keepOnlyTheHome() {
+  const harnessPath = new URL(".", import.meta.url).pathname;
+  const revoked = [
+    ["read", harnessPath],
+    ["read", framesPath],
+    ["write", resultsPath],
+    ...(egressPath ? [["read", egressPath], ["write", egressPath]] : []),
+  ];
+  for (const [name, path] of revoked) Deno.permissions.revokeSync({ name, path });
+  for (const [name, path] of [...revoked, ["read", "/"], ["write", "/"]]) {
+    if (Deno.permissions.querySync({ name, path }).state === "granted") {
+      throw new Error(`the session still has ${name} access to ${path}`);
+    }
+  }
 }
 
 /**

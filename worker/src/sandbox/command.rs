@@ -1,7 +1,8 @@
 //! Builds the command line and process attributes of one Deno child.
 //!
 //! Every permission is denied by flag (a JS child may read its job's
-//! `files` directory, and nothing else; a child with an egress socket may
+//! `files` directory, and nothing else; a JS session child may read and
+//! write its home, that same directory; a child with an egress socket may
 //! connect to it while it boots, and revokes that before any job runs),
 //! and the "fetch code from outside"
 //! paths that `--deny-net` does not cover (`npm:` and remote imports) are
@@ -122,11 +123,22 @@ pub fn deno_command(
     // any job runs. Every other write is denied.
     let channel = mode.has_channel().then(|| ChannelPaths::in_dir(dir));
     let harness_dir = runtime.js_harness.parent().map(Path::to_path_buf).unwrap_or_default();
+    // A JavaScript session's home (its `files` directory, its working
+    // directory) it may read and write for as long as it lives: the only
+    // path it keeps.
+    let home = (mode == ChildMode::Session && language != Language::Python).then(|| dir.join(FILES_DIR));
+    let with_home = |mut list: OsString| {
+        if let Some(home) = &home {
+            list.push(",");
+            list.push(home);
+        }
+        list
+    };
     match (&channel, egress) {
         (Some(channel), _) => {
             let mut writable: OsString = "--allow-write=".into();
             writable.push(&channel.results);
-            args.push(with_socket(writable));
+            args.push(with_home(with_socket(writable)));
         }
         (None, Some(socket)) => {
             let mut writable: OsString = "--allow-write=".into();
@@ -167,7 +179,7 @@ pub fn deno_command(
                 }
                 None => readable.push(dir.join(FILES_DIR)),
             }
-            args.push(with_socket(readable));
+            args.push(with_home(with_socket(readable)));
             args.push(runtime.js_harness.clone().into());
             args.extend(channel_args);
         }

@@ -28,6 +28,7 @@ mod child;
 mod command;
 #[cfg(test)]
 mod fuzz;
+mod home;
 mod isolation;
 mod listing;
 mod live;

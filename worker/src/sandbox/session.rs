@@ -10,8 +10,12 @@
 //! - Python: a Pyodide memory snapshot of the live interpreter plus the
 //!   files under its home and `/tmp`, restored into a fresh child.
 //! - JavaScript: the programs the session ran, replayed in order in a fresh
-//!   child ([`Restore::Replay`]); the runner keeps that log.
+//!   child ([`Restore::Replay`]); the runner keeps that log. The files in
+//!   its home (a directory on the host, see `home.rs`) are saved beside
+//!   it and put back once the replay is done, as they were.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use runbox_common::{
@@ -22,6 +26,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::child::kill_group;
 use super::command::ChildMode;
+use super::home::{Home, SavedFile};
 use super::live::Live;
 use super::shared::{Bounds, Ending, Exchange, Kind, SharedChild};
 use super::{Sandbox, SandboxError};
@@ -42,6 +47,29 @@ const FILE_TIMEOUT: Duration = Duration::from_secs(30);
 /// Stderr kept from opening or a failed checkpoint: enough for the reason.
 const MESSAGE_CAP: usize = 8 * 1024;
 
+/// How often a JavaScript exec's home is measured against its cap.
+const HOME_CHECK_EVERY: Duration = Duration::from_millis(50);
+
+/// Ends an exec (through `stop`) once the home at `root` passes the session's files
+/// cap, and says so in `over`. Each file is capped by `RLIMIT_FSIZE` too,
+/// so what the home can pass the cap by between two looks is bounded.
+async fn watch_home(root: std::path::PathBuf, stop: CancellationToken, over: Arc<AtomicBool>) {
+    loop {
+        tokio::time::sleep(HOME_CHECK_EVERY).await;
+        if over_home_cap(Home { root: root.clone(), uid: None }).await {
+            over.store(true, Ordering::SeqCst);
+            stop.cancel();
+            return;
+        }
+    }
+}
+
+/// Whether `home` holds more than the session's files cap.
+async fn over_home_cap(home: Home) -> bool {
+    let measured = tokio::task::spawn_blocking(move || home.usage()).await;
+    matches!(measured, Ok(Ok((bytes, count))) if bytes > MAX_SESSION_FILES_BYTES || count > MAX_SESSION_FILES)
+}
+
 /// The largest checkpoint a session child may send, before compression: its
 /// memory image (at most the memory cap) and its files in base64 (which live
 /// in that memory too), with room to spare. Checked before anything is
@@ -57,8 +85,8 @@ pub enum Restore {
     /// A Python checkpoint, as the harness wrote it.
     Memory(Vec<u8>),
     /// The programs of a JavaScript session, to run again in order, each
-    /// under its own timeout.
-    Replay(Vec<Replayed>),
+    /// under its own timeout, and the files its home then holds.
+    Replay(Vec<Replayed>, Vec<SavedFile>),
 }
 
 /// Why a session child could not open or checkpoint.
@@ -77,24 +105,44 @@ pub struct Replayed {
     pub timeout_ms: u64,
 }
 
+/// A JavaScript session's checkpoint: its log and its home's files.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct JsCheckpoint {
+    replay: Vec<Entry>,
+    files: Vec<SavedFile>,
+}
+
+/// One exec of a log, as checkpoints have held it.
+#[derive(serde::Serialize, serde::Deserialize)]
+#[serde(untagged)]
+enum Entry {
+    Full(Replayed),
+    Code(String),
+}
+
 impl Replayed {
-    /// A checkpoint's log: `[{code, timeout_ms}]`, or the older list of
-    /// programs alone, which replay under `default_ms`.
-    pub fn parse_log(bytes: &[u8], default_ms: u64) -> Result<Vec<Replayed>, serde_json::Error> {
+    /// A checkpoint's log and files: `{replay, files}`, or the older log
+    /// alone, `[{code, timeout_ms}]` or a list of programs (which replay
+    /// under `default_ms`).
+    pub fn parse_log(bytes: &[u8], default_ms: u64) -> Result<(Vec<Replayed>, Vec<SavedFile>), serde_json::Error> {
         #[derive(serde::Deserialize)]
         #[serde(untagged)]
-        enum Entry {
-            Full(Replayed),
-            Code(String),
+        enum Stored {
+            Whole(JsCheckpoint),
+            Log(Vec<Entry>),
         }
-        let entries: Vec<Entry> = serde_json::from_slice(bytes)?;
-        Ok(entries
+        let (entries, files) = match serde_json::from_slice(bytes)? {
+            Stored::Whole(JsCheckpoint { replay, files }) => (replay, files),
+            Stored::Log(entries) => (entries, Vec::new()),
+        };
+        let log = entries
             .into_iter()
             .map(|entry| match entry {
                 Entry::Full(replayed) => replayed,
                 Entry::Code(code) => Replayed { code, timeout_ms: default_ms },
             })
-            .collect())
+            .collect();
+        Ok((log, files))
     }
 }
 
@@ -104,6 +152,8 @@ pub struct SessionChild {
     /// Its JavaScript programs so far, for a checkpoint by replay.
     replay: Vec<Replayed>,
     memory_mb: u32,
+    /// The uid its child runs as, which owns what is put in a JavaScript home.
+    uid: Option<u32>,
 }
 
 /// The open frame: what the harness needs before the first exec.
@@ -126,6 +176,7 @@ struct OpenFrame<'a> {
 pub struct BootedSession {
     inner: Option<SharedChild>,
     memory_mb: u32,
+    uid: Option<u32>,
     /// The longest a job may run: the bound of a whole replay.
     max_job: Duration,
 }
@@ -137,7 +188,7 @@ impl BootedSession {
         }
         let inner = SharedChild::boot(sandbox, Kind::of(language), ChildMode::Session).await?;
         let (memory_mb, max_job) = (sandbox.limits.memory_mb, sandbox.limits.timeouts.max);
-        Ok(BootedSession { inner: Some(inner), memory_mb, max_job })
+        Ok(BootedSession { inner: Some(inner), memory_mb, uid: sandbox.isolation.uid, max_job })
     }
 
     /// Whether the process is still there, waiting.
@@ -154,7 +205,7 @@ impl BootedSession {
         let (memory, replay, deadline): (&[u8], Vec<Replayed>, Duration) = match &restore {
             Restore::Fresh => (&[], Vec::new(), RESTORE_TIMEOUT),
             Restore::Memory(bytes) => (bytes, Vec::new(), RESTORE_TIMEOUT),
-            Restore::Replay(programs) => (&[], programs.clone(), self.max_job),
+            Restore::Replay(programs, _) => (&[], programs.clone(), self.max_job),
         };
         let frame = OpenFrame {
             op: "open",
@@ -177,7 +228,19 @@ impl BootedSession {
         // Replayed programs' output is dropped: only the end matters.
         let exchange = exchange(&mut inner, &frame, memory, &nonce, &bounds).await;
         match exchange.ending {
-            Ending::Finished { status: 0, .. } => Ok(SessionChild { inner, replay, memory_mb: self.memory_mb }),
+            Ending::Finished { status: 0, .. } => {
+                let child = SessionChild { inner, replay, memory_mb: self.memory_mb, uid: self.uid };
+                if let Restore::Replay(_, files) = restore {
+                    // What the replayed programs wrote gives way to what the checkpoint saved.
+                    let home = child.home();
+                    let restored = tokio::task::spawn_blocking(move || home.restore(&files)).await;
+                    if let Err(e) = restored.map_err(std::io::Error::other).and_then(|r| r) {
+                        kill_group(&child.inner.child);
+                        return Err(SessionError::Failed(format!("could not restore the session's files: {e}")));
+                    }
+                }
+                Ok(child)
+            }
             ending => {
                 kill_group(&inner.child);
                 Err(SessionError::Failed(why(&ending, &exchange.stderr.text(), "the session did not open")))
@@ -218,6 +281,17 @@ impl SessionChild {
         interrupt: &CancellationToken,
         live: &Live,
     ) -> (Outcome, bool) {
+        // A JavaScript exec's files go in its home, where its code finds them.
+        let written;
+        let spec = if self.inner.kind == Kind::Js && !spec.files.is_empty() {
+            if let Err(why) = self.put_files(&spec.files).await {
+                return (Outcome::internal_error(format!("could not write the exec's files: {why}")), true);
+            }
+            written = JobSpec { files: Vec::new(), ..spec.clone() };
+            &written
+        } else {
+            spec
+        };
         let hard = kill.child_token();
         let pid = self.inner.child.id().filter(|_| self.inner.kind == Kind::Python);
         let escalate = tokio::spawn({
@@ -231,8 +305,26 @@ impl SessionChild {
                 hard.cancel();
             }
         });
-        let (outcome, alive) = self.inner.run(spec, sandbox, &hard, live).await;
+        let over_cap = Arc::new(AtomicBool::new(false));
+        let watch_home = (self.inner.kind == Kind::Js)
+            .then(|| tokio::spawn(watch_home(self.inner.files_dir(), hard.clone(), over_cap.clone())));
+        let (mut outcome, mut alive) = self.inner.run(spec, sandbox, &hard, live).await;
         escalate.abort();
+        if let Some(watch) = watch_home {
+            watch.abort();
+            // What the exec wrote since the last look counts too.
+            if alive && over_home_cap(self.home()).await {
+                over_cap.store(true, Ordering::SeqCst);
+                kill_group(&self.inner.child);
+                alive = false;
+            }
+        }
+        if over_cap.load(Ordering::SeqCst) {
+            outcome.stderr.push_str(&format!(
+                "\nrunbox: the session's files passed {MAX_SESSION_FILES_BYTES} bytes or {MAX_SESSION_FILES} files; \
+                 the exec was stopped and the session's process ended\n"
+            ));
+        }
         if alive && self.inner.kind == Kind::Js {
             let timeout_ms = u64::try_from(sandbox.limits.timeout_for(spec).as_millis()).unwrap_or(u64::MAX);
             self.replay.push(Replayed { code: spec.code.clone(), timeout_ms });
@@ -243,7 +335,15 @@ impl SessionChild {
     /// The session's state as a checkpoint's bytes, before compression.
     pub async fn checkpoint(&mut self) -> Result<Vec<u8>, SessionError> {
         if self.inner.kind == Kind::Js {
-            return serde_json::to_vec(&self.replay).map_err(|e| SessionError::Failed(e.to_string()));
+            let home = self.home();
+            let files = tokio::task::spawn_blocking(move || home.save())
+                .await
+                .map_err(std::io::Error::other)
+                .and_then(|saved| saved)
+                .map_err(|e| SessionError::Failed(format!("could not save the session's files: {e}")))?;
+            let replay = self.replay.iter().cloned().map(Entry::Full).collect();
+            return serde_json::to_vec(&JsCheckpoint { replay, files })
+                .map_err(|e| SessionError::Failed(e.to_string()));
         }
         let nonce = uuid::Uuid::new_v4().simple().to_string();
         let frame = serde_json::json!({ "op": "checkpoint", "nonce": nonce });
@@ -271,14 +371,12 @@ impl SessionChild {
         }
     }
 
-    /// Puts, reads, lists, deletes, stats, makes or moves a file under the session's home
-    /// (Python only: a JavaScript session has no file system to hold
-    /// them). The bytes cross the channel raw, both ways.
+    /// Puts, reads, lists, deletes, stats, makes or moves a file under the
+    /// session's home: a Python session's harness does it in Pyodide's
+    /// memory, the bytes crossing the channel raw both ways; a JavaScript
+    /// session's home is on the host, where the worker does it.
     pub async fn file(&mut self, action: &FileAction) -> Result<FileResult, SessionError> {
         use base64::Engine;
-        if self.inner.kind == Kind::Js {
-            return Ok(FileResult::Refused { refusal: FileRefusal::Unsupported });
-        }
         // The api checked the paths; a signed job that holds others is refused here too.
         let to = match action {
             FileAction::Move { to, .. } => Some(to.as_str()),
@@ -290,6 +388,14 @@ impl SessionChild {
             if let (false, Err(e)) = (home, InputFile::check_path(path)) {
                 return Err(SessionError::Failed(format!("refused the file operation's path: {e}")));
             }
+        }
+        if self.inner.kind == Kind::Js {
+            let (home, action) = (self.home(), action.clone());
+            return tokio::task::spawn_blocking(move || home.file(&action))
+                .await
+                .map_err(std::io::Error::other)
+                .and_then(|done| done)
+                .map_err(|e| SessionError::Failed(format!("the file operation failed: {e}")));
         }
         let content = match action {
             FileAction::Put { content, .. } => base64::engine::general_purpose::STANDARD
@@ -362,6 +468,29 @@ impl SessionChild {
                 Err(SessionError::Failed(why(&ending, &exchange.stderr.text(), "the file operation failed")))
             }
         }
+    }
+
+    /// Writes an exec's `files` in a JavaScript session's home, within its caps.
+    async fn put_files(&self, files: &[InputFile]) -> Result<(), String> {
+        use base64::Engine;
+        for file in files {
+            let bytes = file.bytes()?;
+            let content = base64::engine::general_purpose::STANDARD.encode(bytes);
+            let action = FileAction::Put { path: file.path.clone(), content };
+            let home = self.home();
+            let done = tokio::task::spawn_blocking(move || home.file(&action)).await.map_err(|e| e.to_string())?;
+            match done.map_err(|e| e.to_string())? {
+                FileResult::Written { .. } => {}
+                FileResult::Refused { refusal } => return Err(format!("{:?} was refused: {refusal:?}", file.path)),
+                other => return Err(format!("unexpected result {other:?}")),
+            }
+        }
+        Ok(())
+    }
+
+    /// A JavaScript session's home.
+    fn home(&self) -> Home {
+        Home { root: self.inner.files_dir(), uid: self.uid }
     }
 
     /// Whether the process is still there.

@@ -65,7 +65,7 @@ use super::child::{
     cpu_time, egress_link, give_to_child, hold_to_own_cap, job_dir, kill_group, kill_group_of, outcome, rss_limit,
     watch_rss,
 };
-use super::command::{ChildMode, deno_command};
+use super::command::{ChildMode, FILES_DIR, deno_command};
 use super::live::Live;
 use super::output::{Captured, capture_after};
 use super::{Sandbox, SandboxError};
@@ -364,7 +364,14 @@ pub(super) struct SharedChild {
     /// The child's socket to the egress proxy.
     egress: Link,
     /// The child's private directory; removed when this is dropped.
-    _dir: TempDir,
+    dir: TempDir,
+}
+
+impl SharedChild {
+    /// Its `files` directory: a JavaScript session's home.
+    pub(super) fn files_dir(&self) -> std::path::PathBuf {
+        self.dir.path().join(FILES_DIR)
+    }
 }
 
 impl Drop for SharedChild {
@@ -442,6 +449,10 @@ impl SharedChild {
             let sandbox = sandbox.clone();
             tokio::task::spawn_blocking(move || {
                 let dir = job_dir(&sandbox, language)?;
+                if mode == ChildMode::Session && kind == Kind::Js {
+                    // A JavaScript session's home, which its code writes.
+                    give_to_child(&dir.path().join(FILES_DIR), &sandbox)?;
+                }
                 let paths = ChannelPaths::in_dir(dir.path());
                 paths.make()?;
                 give_to_child(&paths.frames, &sandbox)?;
@@ -484,7 +495,7 @@ impl SharedChild {
             resident_at_boot,
             leftover_allowance,
             egress,
-            _dir: dir,
+            dir,
         })
     }
 

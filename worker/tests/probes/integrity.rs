@@ -389,15 +389,16 @@ async fn a_replay_that_loops_ends_within_its_execs_timeout() {
         Replayed { code: "for (;;) {}".into(), timeout_ms: 1_000 },
     ];
     let started = Instant::now();
-    let opened = SessionChild::open(sandbox, Language::Javascript, Restore::Replay(log)).await;
+    let opened = SessionChild::open(sandbox, Language::Javascript, Restore::Replay(log, Vec::new())).await;
     let took = started.elapsed();
     let error = opened.err().expect("a replay that loops does not open");
     assert!(error.to_string().contains("replaying exec 2"), "{error}");
     assert!(took < Duration::from_secs(8), "the replay ran {took:?}");
 
     // An older checkpoint, programs alone: each replays under the default.
-    let log = Replayed::parse_log(br#"["globalThis.n = 41"]"#, 3_000).expect("old log");
-    let mut session = SessionChild::open(sandbox, Language::Javascript, Restore::Replay(log)).await.expect("opens");
+    let (log, files) = Replayed::parse_log(br#"["globalThis.n = 41"]"#, 3_000).expect("old log");
+    let mut session =
+        SessionChild::open(sandbox, Language::Javascript, Restore::Replay(log, files)).await.expect("opens");
     let task = SessionTask { id: "replay".into(), op: SessionOp::Exec };
     let exec = JobSpec { session: Some(task), ..spec(Js, "console.log(n + 1)") };
     let (outcome, alive) =
