@@ -80,8 +80,6 @@ pub enum ApiError {
     NotAFile(String),
     #[error("{0:?} is not a directory (or goes through a file)")]
     NotADirectory(String),
-    #[error("this is a JavaScript session, which has no file system for files; the files API works on Python sessions")]
-    FilesUnsupported,
     #[error("{0}")]
     FileFailed(String),
     #[error("a directory is already at {0:?}")]
@@ -152,7 +150,6 @@ impl ApiError {
             ApiError::TooManyFiles(_) => (StatusCode::UNPROCESSABLE_ENTITY, "too_many_files"),
             ApiError::NotAFile(_) => (StatusCode::UNPROCESSABLE_ENTITY, "not_a_file"),
             ApiError::NotADirectory(_) => (StatusCode::UNPROCESSABLE_ENTITY, "not_a_directory"),
-            ApiError::FilesUnsupported => (StatusCode::UNPROCESSABLE_ENTITY, "files_unsupported"),
             ApiError::FileFailed(_) => (StatusCode::UNPROCESSABLE_ENTITY, "file_failed"),
             ApiError::FileExists(_) => (StatusCode::CONFLICT, "file_exists"),
         }

@@ -96,7 +96,7 @@ pub(crate) struct ListQuery {
         (status = 200, description = "Written; its directories are made as needed.", body = FileWritten),
         (status = 400, description = "`invalid_path`, or a path through a link (links are not followed).", body = crate::views::ErrorBody),
         (status = 413, description = "`file_too_large`: past the 16 MiB a file may hold; `session_files_full`: the files under the home would pass 32 MiB.", body = crate::views::ErrorBody),
-        (status = 422, description = "`too_many_files` (past 1000 under the home), `not_a_file` (a directory is there), `not_a_directory` (a path through a file), `files_unsupported` (a JavaScript session), `file_failed`.", body = crate::views::ErrorBody),
+        (status = 422, description = "`too_many_files` (past 1000 under the home), `not_a_file` (a directory is there), `not_a_directory` (a path through a file), `file_failed`.", body = crate::views::ErrorBody),
         (status = 404, description = "`no_session`: no such session, or another token's.", body = crate::views::ErrorBody),
         (status = 409, description = "`session_busy`.", body = crate::views::ErrorBody),
         (status = 410, description = "`session_closed`, `session_expired` or `session_lost`.", body = crate::views::ErrorBody),
@@ -136,7 +136,7 @@ pub async fn put(
         (status = 400, description = "`invalid_path`, or a path through a link.", body = crate::views::ErrorBody),
         (status = 404, description = "`no_file`: nothing at the path; `no_session`.", body = crate::views::ErrorBody),
         (status = 413, description = "`file_too_large`: the session's code made a file past the 16 MiB the files API moves.", body = crate::views::ErrorBody),
-        (status = 422, description = "`not_a_file` (a directory), `not_a_directory`, `files_unsupported`, `file_failed`.", body = crate::views::ErrorBody),
+        (status = 422, description = "`not_a_file` (a directory), `not_a_directory`, `file_failed`.", body = crate::views::ErrorBody),
         (status = 409, description = "`session_busy`.", body = crate::views::ErrorBody),
         (status = 410, description = "`session_closed`, `session_expired` or `session_lost`.", body = crate::views::ErrorBody),
         (status = 401, description = "`unauthorized`.", body = crate::views::ErrorBody),
@@ -170,7 +170,7 @@ pub async fn get(State(state): State<AppState>, caller: Caller, uri: Uri) -> Res
         (status = 204, description = "Deleted."),
         (status = 400, description = "`invalid_path`, or a path through a link.", body = crate::views::ErrorBody),
         (status = 404, description = "`no_file`: nothing at the path; `no_session`.", body = crate::views::ErrorBody),
-        (status = 422, description = "`not_a_directory`, `files_unsupported`, `file_failed`.", body = crate::views::ErrorBody),
+        (status = 422, description = "`not_a_directory`, `file_failed`.", body = crate::views::ErrorBody),
         (status = 409, description = "`session_busy`.", body = crate::views::ErrorBody),
         (status = 410, description = "`session_closed`, `session_expired` or `session_lost`.", body = crate::views::ErrorBody),
         (status = 401, description = "`unauthorized`.", body = crate::views::ErrorBody),
@@ -195,7 +195,7 @@ pub async fn delete(State(state): State<AppState>, caller: Caller, uri: Uri) -> 
         (status = 200, description = "The directory's entries.", body = FileListing),
         (status = 400, description = "`invalid_path`, or a path through a link.", body = crate::views::ErrorBody),
         (status = 404, description = "`no_file`: no such directory; `no_session`.", body = crate::views::ErrorBody),
-        (status = 422, description = "`not_a_directory`, `files_unsupported`, `file_failed`.", body = crate::views::ErrorBody),
+        (status = 422, description = "`not_a_directory`, `file_failed`.", body = crate::views::ErrorBody),
         (status = 409, description = "`session_busy`.", body = crate::views::ErrorBody),
         (status = 410, description = "`session_closed`, `session_expired` or `session_lost`.", body = crate::views::ErrorBody),
         (status = 401, description = "`unauthorized`.", body = crate::views::ErrorBody),
@@ -271,7 +271,9 @@ fn refused(refusal: FileRefusal, path: String) -> ApiError {
             "{path:?} is larger than the {MAX_SESSION_FILE_BYTES} bytes the files API moves; \
              have the session's code split or compress it"
         )),
-        FileRefusal::Unsupported => ApiError::FilesUnsupported,
+        FileRefusal::Unsupported => ApiError::FileFailed(
+            "the worker holding this session predates files in JavaScript sessions; start a new session".into(),
+        ),
         FileRefusal::Exists => ApiError::FileExists(path),
     }
 }

@@ -326,18 +326,20 @@ async fn an_exec_takes_files_in_and_returns_the_files_it_wrote() {
     let (status, result) = exec(json!({ "code": "pass", "return_files": true })).await;
     assert_eq!((status, result.get("files")), (200, None), "{result}");
 
+    // A JavaScript session takes files too; it returns none (as a JS job).
     let js = f.open("javascript").await;
-    for field in ["files", "return_files"] {
-        let value = if field == "files" { json!([{ "path": "a.txt", "content": "x" }]) } else { json!(true) };
-        let (status, error) =
-            f.json(Method::POST, &format!("/v1/sessions/{js}/exec"), json!({ "code": "1", field: value })).await;
-        assert_eq!((status, error["error"]["code"].as_str()), (400, Some("invalid_field")), "{error}");
-        assert!(error["error"]["message"].as_str().unwrap_or("").contains("JavaScript session"), "{error}");
-    }
+    let body = json!({ "code": "console.log(Deno.readTextFileSync('in/a.txt'))", "files": [{ "path": "in/a.txt", "content": "x" }] });
+    let (status, result) = f.json(Method::POST, &format!("/v1/sessions/{js}/exec"), body).await;
+    assert_eq!((status, result["stdout"].as_str()), (200, Some("x\n")), "{result}");
+    assert_eq!(f.get_ok(&js, "in/a.txt").await, b"x");
+    let body = json!({ "code": "1", "return_files": true });
+    let (status, error) = f.json(Method::POST, &format!("/v1/sessions/{js}/exec"), body).await;
+    assert_eq!((status, error["error"]["code"].as_str()), (400, Some("invalid_field")), "{error}");
+    assert!(error["error"]["message"].as_str().unwrap_or("").contains("Python sessions"), "{error}");
 }
 
 #[tokio::test]
-async fn another_tokens_session_is_not_found_and_javascript_sessions_say_so() {
+async fn another_tokens_session_is_not_found() {
     let stack = Stack::start(&[]).await;
     let f = alice(&stack.api);
     let id = f.open("python").await;
@@ -354,14 +356,6 @@ async fn another_tokens_session_is_not_found_and_javascript_sessions_say_so() {
     assert_eq!(f.get_ok(&id, "secret.txt").await, b"alice's");
     let nobody = f.get("00000000-0000-4000-8000-000000000000", "x").await;
     assert_eq!((nobody.status, nobody.code()), (404, "no_session".into()));
-
-    let js = f.open("javascript").await;
-    for answer in [f.put(&js, "a.txt", "x").await, f.get(&js, "a.txt").await, f.list(&js, None).await] {
-        assert_eq!((answer.status, answer.code()), (422, "files_unsupported".into()), "{}", answer.text());
-        assert!(answer.text().contains("Python"), "{}", answer.text());
-    }
-    let (status, _) = f.json(Method::POST, &format!("/v1/sessions/{js}/exec"), json!({ "code": "1" })).await;
-    assert_eq!(status, 200);
 }
 
 #[tokio::test]
@@ -406,4 +400,134 @@ async fn files_survive_checkpoint_fork_and_restore() {
     assert_eq!(f.get_ok(&id, "in/all.bin").await, all_bytes());
     assert_eq!(f.get_ok(&id, "after.txt").await, b"after the checkpoint");
     assert_eq!(f.get(&id, "only-fork.txt").await.code(), "no_file");
+}
+
+#[tokio::test]
+async fn every_route_on_a_javascript_session_and_its_code_sees_the_files() {
+    let stack = Stack::start(&[]).await;
+    let f = alice(&stack.api);
+    let id = f.open("javascript").await;
+
+    f.put_ok(&id, "data.csv", "name,score\nada,3\nbob,4\n").await;
+    f.put_ok(&id, "raw/sub/all.bin", all_bytes()).await;
+    f.put_ok(&id, "caf%C3%A9%20menu.txt", "unicode and a space").await;
+    assert_eq!(f.get_ok(&id, "raw/sub/all.bin").await, all_bytes());
+
+    // The code reads them with Deno's API, node:fs and node:fs/promises,
+    // relative to its working directory, which is the home.
+    let read = "const fs = await import('node:fs');\n\
+                const fsp = await import('node:fs/promises');\n\
+                const rows = Deno.readTextFileSync('data.csv').trim().split('\\n').slice(1);\n\
+                const bytes = fs.readFileSync('raw/sub/all.bin');\n\
+                console.log(rows.reduce((sum, r) => sum + Number(r.split(',')[1]), 0), bytes.length, bytes[255], \
+                await fsp.readFile('café menu.txt', 'utf8'));";
+    assert_eq!(f.run(&id, read).await, "7 512 255 unicode and a space\n");
+
+    // What it writes, each way, the files API reads.
+    let write = "const fsp = await import('node:fs/promises');\n\
+                 Deno.writeTextFileSync('deno.txt', 'by Deno');\n\
+                 (await import('node:fs')).mkdirSync('out/deep', { recursive: true });\n\
+                 await fsp.writeFile('out/deep/node.txt', 'by node');";
+    f.run(&id, write).await;
+    assert_eq!(f.get_ok(&id, "deno.txt").await, b"by Deno");
+    assert_eq!(f.get_ok(&id, "out/deep/node.txt").await, b"by node");
+    let names = f.names(&id, None).await;
+    let expected: Vec<(String, String)> = [
+        ("caf\u{e9} menu.txt", "file"),
+        ("data.csv", "file"),
+        ("deno.txt", "file"),
+        ("out", "directory"),
+        ("raw", "directory"),
+    ]
+    .iter()
+    .map(|(n, t)| (n.to_string(), t.to_string()))
+    .collect();
+    assert_eq!(names, expected);
+    let data = f.list(&id, None).await.json()["files"][1].clone();
+    assert_eq!((data["size"].as_u64(), data["path"].as_str()), (Some(22), Some("data.csv")), "{data}");
+
+    // Wrong kinds and missing files, as in a Python session.
+    assert_eq!(f.get(&id, "raw").await.code(), "not_a_file");
+    assert_eq!(f.put(&id, "data.csv/inner", "x").await.code(), "not_a_directory");
+    assert_eq!(f.get(&id, "nothing.txt").await.code(), "no_file");
+    assert_eq!(f.delete(&id, "raw").await.status, 204);
+    assert_eq!(f.delete(&id, "data.csv").await.status, 204);
+    assert_eq!(
+        f.run(&id, "console.log([...Deno.readDirSync('.')].map((e) => e.name).sort().join(','))").await,
+        "café menu.txt,deno.txt,out\n"
+    );
+
+    // The home is all the code reaches: nothing beside it, no links, no
+    // way up.
+    let escape = "for (const attempt of [\n\
+                    () => Deno.readTextFileSync('../frames'),\n\
+                    () => Deno.readTextFileSync('/etc/passwd'),\n\
+                    () => Deno.writeTextFileSync('../planted', 'x'),\n\
+                    () => Deno.writeTextFileSync('/tmp/runbox-session-planted', 'x'),\n\
+                    () => Deno.symlinkSync('/etc/passwd', 'passwd'),\n\
+                    () => Deno.linkSync('/etc/passwd', 'passwd'),\n\
+                  ]) {\n\
+                    try { attempt(); console.log('done'); } catch (e) { console.log(e.name); }\n\
+                  }\n\
+                  const fs = await import('node:fs');\n\
+                  try { fs.symlinkSync('/etc', 'etc'); console.log('done'); } catch (e) { console.log(e.code ?? e.name); }";
+    let out = f.run(&id, escape).await;
+    assert!(!out.contains("done"), "{out}");
+    assert_eq!(out.lines().count(), 7, "{out}");
+    assert!(!std::path::Path::new("/tmp/runbox-session-planted").exists());
+}
+
+#[tokio::test]
+async fn a_javascript_sessions_files_are_capped_and_survive_checkpoint_fork_and_restore() {
+    let stack = Stack::start(&[("RUNBOX_WORKER_SESSIONS", "6")]).await;
+    let f = alice(&stack.api);
+    let id = f.open("javascript").await;
+    const MIB: usize = 1 << 20;
+
+    // Uploads past the caps are refused, the session alive after.
+    f.run(&id, "globalThis.state = 'alive'").await;
+    let big = f.put(&id, "big.bin", vec![7u8; 16 * MIB + 1]).await;
+    assert_eq!((big.status, big.code()), (413, "file_too_large".into()), "{}", big.text());
+    f.put_ok(&id, "one.bin", vec![1u8; 16 * MIB]).await;
+    f.put_ok(&id, "two.bin", vec![2u8; 15 * MIB]).await;
+    let three = f.put(&id, "three.bin", vec![3u8; 2 * MIB]).await;
+    assert_eq!((three.status, three.code()), (413, "session_files_full".into()), "{}", three.text());
+    assert_eq!(f.delete(&id, "one.bin").await.status, 204);
+    assert_eq!(f.delete(&id, "two.bin").await.status, 204);
+    assert_eq!(f.run(&id, "console.log(state)").await, "alive\n");
+
+    // Files, a checkpoint, then more.
+    f.put_ok(&id, "in/all.bin", all_bytes()).await;
+    f.run(&id, "Deno.writeTextFileSync('made.txt', 'by code'); globalThis.n = 1").await;
+    let (status, checkpoint) = f.json(Method::POST, &format!("/v1/sessions/{id}/checkpoints"), json!({})).await;
+    assert_eq!(status, 201, "{checkpoint}");
+    f.run(&id, "Deno.writeTextFileSync('made.txt', 'changed after'); Deno.writeTextFileSync('after.txt', 'x')").await;
+
+    // A fork has the parent's files as they are now; what it writes is its own.
+    let (status, fork) = f.json(Method::POST, &format!("/v1/sessions/{id}/fork"), json!({})).await;
+    assert_eq!(status, 201, "{fork}");
+    let fork = fork["id"].as_str().expect("id").to_owned();
+    assert_eq!(f.get_ok(&fork, "in/all.bin").await, all_bytes());
+    assert_eq!(f.get_ok(&fork, "made.txt").await, b"changed after");
+    f.run(&fork, "Deno.writeTextFileSync('only-fork.txt', 'mine')").await;
+    assert_eq!(f.get(&id, "only-fork.txt").await.code(), "no_file");
+
+    // A restore has the checkpoint's files, whatever its replay wrote.
+    let (status, restored) = f.json(Method::POST, "/v1/sessions", json!({ "from_checkpoint": checkpoint["id"] })).await;
+    assert_eq!(status, 201, "{restored}");
+    let restored = restored["id"].as_str().expect("id").to_owned();
+    assert_eq!(f.get_ok(&restored, "made.txt").await, b"by code");
+    assert_eq!(f.get(&restored, "after.txt").await.code(), "no_file");
+    assert_eq!(f.run(&restored, "console.log(n, Deno.readFileSync('in/all.bin').length)").await, "1 512\n");
+
+    // Code that writes past the cap has its exec stopped; the session
+    // comes back from its latest checkpoint, with that checkpoint's files.
+    let flood = json!({ "code": "const mib = new Uint8Array(1 << 20); for (let i = 0; ; i++) Deno.writeFileSync(`flood-${i}`, mib);" });
+    let (status, result) = f.json(Method::POST, &format!("/v1/sessions/{id}/exec"), flood).await;
+    assert_eq!(status, 200, "{result}");
+    assert!(result["stderr"].as_str().unwrap_or("").contains("passed 33554432 bytes"), "{result}");
+    assert!(result["session"]["restored_from"].is_string(), "{result}");
+    // (The latest is the fork's, taken after `after.txt`.)
+    let names: Vec<String> = f.names(&id, None).await.into_iter().map(|(name, _)| name).collect();
+    assert_eq!(names, ["after.txt", "in", "made.txt"]);
 }
