@@ -9,6 +9,7 @@ mod disk;
 mod filesystem;
 mod floods;
 mod harness;
+mod homes;
 mod host;
 mod imports;
 mod integrity;

@@ -3,7 +3,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use runbox_common::{JobSpec, Language, Outcome, SessionOp, SessionTask, Status, Timeouts, Verdict};
+use runbox_common::{
+    FileAction, FileResult, JobSpec, Language, Outcome, SessionOp, SessionTask, Status, Timeouts, Verdict,
+};
 use runbox_worker::sandbox::{
     Limits, Live, PoolConfig, Restore, Runner, Runtime, Sandbox, SessionChild, SharedLane, WarmConfig,
 };
@@ -98,6 +100,10 @@ pub async fn run_on(runner: &Runner, spec: &JobSpec) -> Outcome {
     if in_sessions() && session_takes(spec) {
         let mut session =
             SessionChild::open(runner.sandbox(), spec.language, Restore::Fresh).await.expect("session opens");
+        // A session holding files, as an agent's does: the probe runs beside them.
+        let seed = FileAction::Put { path: "seed/data.csv".into(), content: "YSxiCjEsMgo=".into() };
+        let seeded = session.file(&seed).await.expect("the seed file");
+        assert!(matches!(seeded, FileResult::Written { size: 8 }), "{seeded:?}");
         let task = SessionTask { id: "probe".into(), op: SessionOp::Exec };
         let exec = JobSpec { session: Some(task), ..spec.clone() };
         return session
