@@ -444,7 +444,7 @@ async fn every_route_on_a_javascript_session_and_its_code_sees_the_files() {
     .collect();
     assert_eq!(names, expected);
     let data = f.list(&id, None).await.json()["files"][1].clone();
-    assert_eq!((data["size"].as_u64(), data["path"].as_str()), (Some(22), Some("data.csv")), "{data}");
+    assert_eq!((data["size"].as_u64(), data["path"].as_str()), (Some(23), Some("data.csv")), "{data}");
 
     // Wrong kinds and missing files, as in a Python session.
     assert_eq!(f.get(&id, "raw").await.code(), "not_a_file");
