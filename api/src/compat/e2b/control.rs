@@ -105,7 +105,6 @@ async fn create(State(state): State<AppState>, headers: HeaderMap, bytes: Bytes)
         end_at_ms: now_unix_ms() + timeout * 1000,
         paused: false,
         contexts: Vec::new(),
-        cells: 0,
     };
     let session = match start_session(&state, &caller, &sandbox, Language::Python, None).await {
         Ok(session) => session,

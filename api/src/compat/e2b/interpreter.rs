@@ -41,6 +41,9 @@ const EXECUTE_PY: &str = include_str!("execute.py");
 /// Defines the helper each `run_code` in a JavaScript context calls.
 const EXECUTE_JS: &str = include_str!("execute.js");
 
+/// `run_code`s this process has run.
+static CELLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
 /// How often an `/execute` stream with nothing to say writes a keepalive.
 const KEEPALIVE: Duration = Duration::from_secs(1);
 
@@ -118,11 +121,9 @@ async fn execute(State(state): State<AppState>, headers: HeaderMap, bytes: Bytes
                        values in the code";
         return plain_error(StatusCode::BAD_REQUEST, message);
     }
-    sandbox.cells += 1;
-    let cell = sandbox.cells;
-    if let Err(e) = save(&state, &sandbox).await {
-        return api_error(e);
-    }
+    // Names the code in tracebacks (`<cell-N>`); unique in this process,
+    // with no write to the sandbox's record, which concurrent calls share.
+    let cell = CELLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
     let marker = format!("\u{1}runbox-e2b-{}:", uuid::Uuid::new_v4().simple());
     let exec = match context.language {
         Language::Python => ExecRequest {

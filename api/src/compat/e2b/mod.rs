@@ -7,7 +7,9 @@
 //! A sandbox is a few runbox sessions under one id: one per code context,
 //! each in its language, made when first used. The default Python context's
 //! session holds the sandbox's files (its home is E2B's `/home/user`).
-//! Its record ([`Sandbox`]) lives in Redis beside the sessions. A pause
+//! Its record ([`Sandbox`]) lives in Redis beside the sessions, written when
+//! a context is made or removed, a timeout set, or the sandbox paused or
+//! resumed; the last such write wins. A pause
 //! checkpoints every context's session and ends it, freeing its process;
 //! a connect starts them again from those checkpoints.
 //!
@@ -93,9 +95,6 @@ pub(crate) struct Sandbox {
     pub end_at_ms: u64,
     pub paused: bool,
     pub contexts: Vec<Context>,
-    /// How many `run_code`s it ran, to name their cells.
-    #[serde(default)]
-    pub cells: u64,
 }
 
 /// One code context: a session in its language, or, while the sandbox is
