@@ -8,9 +8,9 @@ run time, not by its shape. So in positive test cases only, a string
 callback with 204; negative cases are sent as generated, so a malformed
 `callback_url` must still be refused.
 
-Likewise an exec's `stdin` is refused (400) in a JavaScript session, and
-the schema cannot know which language the session a test case names runs:
-positive exec cases are sent without `stdin`.
+Likewise an exec's `stdin` and `return_files` are refused (400) in a
+JavaScript session, and the schema cannot know which language the session
+a test case names runs: positive exec cases are sent without them.
 
 A file path may be at most 255 bytes, and JSON Schema can only count
 characters: positive cases with a path longer than 255 bytes in UTF-8 are
@@ -76,3 +76,4 @@ def before_call(context, case, **kwargs):
         case.body["callback_url"] = SINK
     if case.operation.method.upper() == "POST" and case.operation.path == "/v1/sessions/{id}/exec":
         case.body.pop("stdin", None)
+        case.body.pop("return_files", None)
