@@ -27,8 +27,8 @@
 //!   (`/v1/jobs`, its live output as Server-Sent Events, `/v1/batches`,
 //!   `/v1/sessions`, and `/healthz`, `/readyz`, `/v1/runtimes`, `/metrics`).
 //! - `mcp`: `/mcp`, the same jobs and sessions as Model Context Protocol tools.
-//! - `compat`: Judge0-, Piston- and SandboxFusion-compatible APIs, translated
-//!   into jobs and sessions.
+//! - `compat`: Judge0-, Piston-, SandboxFusion- and E2B-compatible APIs,
+//!   translated into jobs and sessions.
 //! - `callbacks`: signed delivery of finished jobs and batches to `callback_url`.
 //! - `openapi`: `/openapi.json`, the native API described from these types.
 //! - `page`: `/`, a page for people to run code from a browser.
