@@ -112,15 +112,28 @@ pub async fn put(
 ) -> Result<Response, ApiError> {
     let (id, path) = file_path(&uri)?;
     let body = body.map_err(|_| too_large_upload())?;
-    if body.len() > MAX_SESSION_FILE_BYTES {
+    Ok(Json(put_file(&state, &caller, &id, path, body).await?).into_response())
+}
+
+/// Writes `bytes` to `path` (already checked) in session `id`'s home.
+/// Takes the bytes by value so that only their base64 is held while the
+/// session works.
+pub(crate) async fn put_file(
+    state: &AppState,
+    caller: &Caller,
+    id: &str,
+    path: String,
+    bytes: impl AsRef<[u8]>,
+) -> Result<FileWritten, ApiError> {
+    if bytes.as_ref().len() > MAX_SESSION_FILE_BYTES {
         return Err(too_large_upload());
     }
     use base64::Engine;
-    let content = base64::engine::general_purpose::STANDARD.encode(&body);
-    let size = body.len() as u64;
-    drop(body);
-    match file_step(&state, &caller, &id, FileAction::Put { path: path.clone(), content }).await? {
-        FileResult::Written { .. } => Ok(Json(FileWritten { path, size }).into_response()),
+    let content = base64::engine::general_purpose::STANDARD.encode(bytes.as_ref());
+    let size = bytes.as_ref().len() as u64;
+    drop(bytes);
+    match file_step(state, caller, id, FileAction::Put { path: path.clone(), content }).await? {
+        FileResult::Written { .. } => Ok(FileWritten { path, size }),
         other => Err(unexpected(other)),
     }
 }
@@ -145,16 +158,20 @@ pub async fn put(
 )]
 pub async fn get(State(state): State<AppState>, caller: Caller, uri: Uri) -> Result<Response, ApiError> {
     let (id, path) = file_path(&uri)?;
-    match file_step(&state, &caller, &id, FileAction::Get { path: path.clone() }).await? {
+    let mut response = get_file(&state, &caller, &id, path).await?.into_response();
+    let octets = HeaderValue::from_static("application/octet-stream");
+    response.headers_mut().insert(header::CONTENT_TYPE, octets);
+    Ok(response)
+}
+
+/// The bytes of the file at `path` (already checked) in session `id`'s home.
+pub(crate) async fn get_file(state: &AppState, caller: &Caller, id: &str, path: String) -> Result<Vec<u8>, ApiError> {
+    match file_step(state, caller, id, FileAction::Get { path: path.clone() }).await? {
         FileResult::Content { content, .. } => {
             use base64::Engine;
-            let bytes = base64::engine::general_purpose::STANDARD
+            base64::engine::general_purpose::STANDARD
                 .decode(content)
-                .map_err(|e| ApiError::FileFailed(format!("the worker's copy of {path:?} was damaged: {e}")))?;
-            let mut response = bytes.into_response();
-            let octets = HeaderValue::from_static("application/octet-stream");
-            response.headers_mut().insert(header::CONTENT_TYPE, octets);
-            Ok(response)
+                .map_err(|e| ApiError::FileFailed(format!("the worker's copy of {path:?} was damaged: {e}")))
         }
         other => Err(unexpected(other)),
     }
@@ -210,17 +227,31 @@ pub async fn list(State(state): State<AppState>, caller: Caller, uri: Uri) -> Re
             path = decoded(&value.replace('+', " "))?;
         }
     }
-    // `dir/` is `dir`; `/` is absolute, and refused.
+    let path = list_path(path)?;
+    Ok(Json(list_dir(&state, &caller, &id, path).await?).into_response())
+}
+
+/// A directory to list, as given (empty for the home), checked: `dir/` is
+/// `dir`; `/` is absolute, and refused.
+pub(crate) fn list_path(mut path: String) -> Result<String, ApiError> {
     if path.len() > 1 && !path.starts_with('/') && path.ends_with('/') {
         path.pop();
     }
     if !path.is_empty() {
         checked(&path)?;
     }
-    match file_step(&state, &caller, &id, FileAction::List { path: path.clone() }).await? {
-        FileResult::Listing { entries, truncated } => {
-            Ok(Json(FileListing { path, files: entries, truncated }).into_response())
-        }
+    Ok(path)
+}
+
+/// The entries of directory `path` (from [`list_path`]) of session `id`'s home.
+pub(crate) async fn list_dir(
+    state: &AppState,
+    caller: &Caller,
+    id: &str,
+    path: String,
+) -> Result<FileListing, ApiError> {
+    match file_step(state, caller, id, FileAction::List { path: path.clone() }).await? {
+        FileResult::Listing { entries, truncated } => Ok(FileListing { path, files: entries, truncated }),
         other => Err(unexpected(other)),
     }
 }

@@ -48,6 +48,7 @@ use tokio_util::sync::CancellationToken;
 use crate::auth::Caller;
 use crate::config::{ApiLimits, McpHosts};
 use crate::error::ApiError;
+use crate::files;
 use crate::pipeline;
 use crate::requests::{self, ExecRequest, FieldError, Program, SessionRequest};
 use crate::sessions;
@@ -98,7 +99,7 @@ pub(crate) struct McpServer {
 #[tool_handler(
     router = self.tools,
     name = "runbox",
-    instructions = "runbox runs Python, JavaScript and TypeScript programs in a sandbox without network access. Call run_code with the whole program; nothing persists between its calls. To keep variables, imports and files across calls (load data once, then query it), create_session, then run_in_session as often as needed, and destroy_session when done."
+    instructions = "runbox runs Python, JavaScript and TypeScript programs in a sandbox without network access. Call run_code with the whole program; nothing persists between its calls. To keep variables, imports and files across calls (load data once, then query it), create_session, then run_in_session as often as needed, and destroy_session when done. upload_file, read_file and list_files move files in and out of a session's working directory."
 )]
 impl rmcp::ServerHandler for McpServer {
     /// The tools, with `run_code`'s description saying what the calling
@@ -275,6 +276,107 @@ struct RunInSessionArgs {
     /// Wall-clock limit for this call, in milliseconds.
     #[serde(default, deserialize_with = "requests::whole_number")]
     timeout_ms: Option<u64>,
+    /// Files written under the session's home (its working directory) before the code runs; they stay there.
+    #[schemars(with = "Option<Vec<FileArg>>")]
+    files: Option<Vec<requests::FileRequest>>,
+    /// true for every file under the home this call created or changed, or a list of up to 64 paths; the
+    /// result's files has them, base64.
+    #[schemars(with = "Option<ReturnFilesArg>")]
+    return_files: Option<requests::ReturnFilesRequest>,
+}
+
+/// A file for `run_in_session`'s `files`, as a job's `files` entry: its
+/// schema only; [`requests::FileRequest`] reads it.
+#[derive(JsonSchema)]
+#[allow(dead_code)]
+struct FileArg {
+    /// Relative to the session's home, such as data/input.csv.
+    path: String,
+    /// The text, or standard base64 of the bytes with encoding base64.
+    content: String,
+    /// How content is written: utf8 (the default) or base64.
+    #[schemars(extend("enum" = ["utf8", "base64"]))]
+    encoding: Option<String>,
+}
+
+/// `run_in_session`'s `return_files`: its schema only.
+#[derive(JsonSchema)]
+#[serde(untagged)]
+#[allow(dead_code)]
+enum ReturnFilesArg {
+    All(bool),
+    Paths(Vec<String>),
+}
+
+/// What `upload_file` takes.
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct UploadFileArgs {
+    /// The id create_session returned.
+    session_id: String,
+    /// Where to write, relative to the session's home, such as data/input.csv; directories are made as needed.
+    path: String,
+    /// The file's text, or standard base64 of its bytes with encoding base64.
+    content: String,
+    /// How content is written: utf8 (the default) or base64.
+    #[schemars(extend("enum" = ["utf8", "base64"]))]
+    encoding: Option<String>,
+}
+
+impl UploadFileArgs {
+    /// The path, checked, and the bytes to write.
+    fn file(self) -> Result<(String, String, Vec<u8>), ApiError> {
+        files::checked(&self.path)?;
+        let bytes = match self.encoding.as_deref() {
+            None | Some("utf8") => self.content.into_bytes(),
+            Some("base64") => {
+                use base64::Engine;
+                base64::engine::general_purpose::STANDARD.decode(self.content.trim()).map_err(|e| {
+                    FieldError::invalid(
+                        "content",
+                        format!("content is not standard base64 ({e}); or pass text with encoding utf8"),
+                    )
+                })?
+            }
+            Some(other) => {
+                return Err(
+                    FieldError::invalid("encoding", format!("encoding is utf8 or base64, not {other:?}")).into()
+                );
+            }
+        };
+        Ok((self.session_id, self.path, bytes))
+    }
+}
+
+/// What `read_file` takes.
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct ReadFileArgs {
+    /// The id create_session returned.
+    session_id: String,
+    /// The file, relative to the session's home.
+    path: String,
+}
+
+/// What `read_file` returns as `structuredContent`.
+#[derive(Serialize)]
+struct FileRead {
+    path: String,
+    /// Bytes in the file.
+    size: u64,
+    /// `utf8` when the file is UTF-8 text and `content` is that text; else `base64`.
+    encoding: &'static str,
+    content: String,
+}
+
+/// What `list_files` takes.
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct ListFilesArgs {
+    /// The id create_session returned.
+    session_id: String,
+    /// The directory, relative to the session's home; the home itself when absent.
+    path: Option<String>,
 }
 
 /// What the other session tools take.
@@ -341,11 +443,12 @@ impl McpServer {
         args: JsonObject,
     ) -> Result<CallToolResult, ErrorData> {
         let caller = caller(&parts)?;
-        let RunInSessionArgs { session_id, code, stdin, timeout_ms } = match arguments(args, "run_in_session") {
-            Ok(args) => args,
-            Err(e) => return Ok(tool_error(e)),
-        };
-        let request = ExecRequest { code: Some(code), stdin, timeout_ms, ..ExecRequest::default() };
+        let RunInSessionArgs { session_id, code, stdin, timeout_ms, files, return_files } =
+            match arguments(args, "run_in_session") {
+                Ok(args) => args,
+                Err(e) => return Ok(tool_error(e)),
+            };
+        let request = ExecRequest { code: Some(code), stdin, timeout_ms, files, return_files };
         let result = match sessions::exec_in(&self.state, &caller, &session_id, request).await {
             Ok(sessions::Executed::Done(view)) => {
                 let value = serde_json::to_value(&view).unwrap_or_default();
@@ -360,6 +463,73 @@ impl McpServer {
             Err(e) => tool_error(e),
         };
         Ok(result)
+    }
+
+    #[tool(
+        name = "upload_file",
+        description = "Write a file into a session's home, the working directory its code runs in, so that \
+            run_in_session can open it by that relative path. Text as it is, or bytes as base64 with encoding \
+            base64; directories are made as needed and a file there is replaced. A file may hold up to 16 MiB, \
+            and a session's files 32 MiB in all. Returns the path and size written.",
+        input_schema = schema_for_input::<UploadFileArgs>().unwrap_or_else(|e| panic!("upload_file schema: {e}")),
+        annotations(title = "Upload a file to a session", read_only_hint = false, destructive_hint = true, idempotent_hint = true, open_world_hint = false)
+    )]
+    async fn upload_file(
+        &self,
+        Extension(parts): Extension<Parts>,
+        args: JsonObject,
+    ) -> Result<CallToolResult, ErrorData> {
+        let caller = caller(&parts)?;
+        let written = async {
+            let (id, path, bytes) = arguments::<UploadFileArgs>(args, "upload_file")?.file()?;
+            files::put_file(&self.state, &caller, &id, path, bytes).await
+        };
+        Ok(answer(written.await))
+    }
+
+    #[tool(
+        name = "read_file",
+        description = "Read a file from a session's home (what its code wrote, or what was uploaded), by its \
+            path relative to the home. The answer's encoding says how content is given: utf8 when the file is \
+            UTF-8 text (content is the text), base64 otherwise. Up to 16 MiB.",
+        input_schema = schema_for_input::<ReadFileArgs>().unwrap_or_else(|e| panic!("read_file schema: {e}")),
+        annotations(title = "Read a file of a session", read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
+    )]
+    async fn read_file(
+        &self,
+        Extension(parts): Extension<Parts>,
+        args: JsonObject,
+    ) -> Result<CallToolResult, ErrorData> {
+        let caller = caller(&parts)?;
+        let read = async {
+            let ReadFileArgs { session_id, path } = arguments(args, "read_file")?;
+            files::checked(&path)?;
+            let bytes = files::get_file(&self.state, &caller, &session_id, path.clone()).await?;
+            Ok(file_read(path, bytes))
+        };
+        Ok(read.await.unwrap_or_else(tool_error))
+    }
+
+    #[tool(
+        name = "list_files",
+        description = "List a directory of a session's home (the home itself without path): each entry's name, \
+            path, type (file, directory or link), size and modified time. truncated says more than 4096 \
+            entries were there and only the first are listed.",
+        input_schema = schema_for_input::<ListFilesArgs>().unwrap_or_else(|e| panic!("list_files schema: {e}")),
+        annotations(title = "List a session's files", read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
+    )]
+    async fn list_files(
+        &self,
+        Extension(parts): Extension<Parts>,
+        args: JsonObject,
+    ) -> Result<CallToolResult, ErrorData> {
+        let caller = caller(&parts)?;
+        let listed = async {
+            let ListFilesArgs { session_id, path } = arguments(args, "list_files")?;
+            let path = files::list_path(path.unwrap_or_default())?;
+            files::list_dir(&self.state, &caller, &session_id, path).await
+        };
+        Ok(answer(listed.await))
     }
 
     #[tool(
@@ -421,6 +591,25 @@ impl McpServer {
 /// The `session_id` argument, and nothing else.
 fn session_id(args: JsonObject) -> Result<String, ApiError> {
     Ok(arguments::<SessionIdArgs>(args, "this tool")?.session_id)
+}
+
+/// A file read by `read_file`: as text when it is UTF-8, else as base64;
+/// the text block says which, then gives the content as it is.
+fn file_read(path: String, bytes: Vec<u8>) -> CallToolResult {
+    let size = bytes.len() as u64;
+    let (encoding, content) = match String::from_utf8(bytes) {
+        Ok(text) => ("utf8", text),
+        Err(e) => {
+            use base64::Engine;
+            ("base64", base64::engine::general_purpose::STANDARD.encode(e.into_bytes()))
+        }
+    };
+    let what = if encoding == "utf8" { "UTF-8 text" } else { "not UTF-8 text, so base64 of its bytes" };
+    let text = format!("{path}: {size} bytes, {what}:\n{content}");
+    let read = FileRead { path, size, encoding, content };
+    let mut answer = CallToolResult::structured(serde_json::to_value(&read).unwrap_or_default());
+    answer.content = vec![ContentBlock::text(text)];
+    answer
 }
 
 /// A session tool's answer: its value as [`structured`], or its error.

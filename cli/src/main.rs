@@ -3,7 +3,8 @@
 //! `runbox run FILE` prints the program's stdout and stderr as they were and
 //! exits with the program's exit code, or with one of the codes below when
 //! it did not run to its end. `runbox batch FILE.jsonl` judges many jobs as
-//! batches and prints each result as a JSON line.
+//! batches and prints each result as a JSON line. `runbox files` moves
+//! files in and out of a session's home.
 //!
 //! Every call goes through `runbox_client`, which retries 429 and 503 and
 //! turns the API's errors into ones that name its code.
@@ -16,7 +17,7 @@ use std::process::ExitCode;
 use anyhow::{Context, anyhow, bail};
 use clap::{Args, Parser, Subcommand};
 use futures_util::StreamExt;
-use runbox_client::{BatchResult, Client, Event, Job, Status, SubmitOptions};
+use runbox_client::{BatchResult, Client, Event, FileType, Job, Status, SubmitOptions};
 use serde_json::{Value, json};
 
 // `runbox run`'s exit codes when the program did not end by itself.
@@ -73,6 +74,29 @@ enum Command {
         #[arg(long)]
         no_shared_runtime: bool,
     },
+    /// A session's files: its home, the working directory its code runs in.
+    #[command(subcommand)]
+    Files(FilesCommand),
+}
+
+#[derive(Subcommand)]
+enum FilesCommand {
+    /// Uploads LOCAL (`-`: stdin) to the session at REMOTE, by default
+    /// LOCAL's file name; its directories are made, a file there replaced.
+    Put {
+        session: String,
+        local: PathBuf,
+        /// A path relative to the session's home.
+        remote: Option<String>,
+    },
+    /// Downloads REMOTE to LOCAL, by default REMOTE's file name in the
+    /// current directory; `-` writes it to stdout.
+    Get { session: String, remote: String, local: Option<PathBuf> },
+    /// Lists DIR (the session's home by default): type, size, modified
+    /// time and path of each entry.
+    Ls { session: String, dir: Option<String> },
+    /// Deletes REMOTE, or the directory with all it holds.
+    Rm { session: String, remote: String },
 }
 
 #[derive(Args)]
@@ -133,7 +157,73 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let shared = (shared_runtime || no_shared_runtime).then_some(shared_runtime);
             batch(&client, &file, shared).await
         }
+        Command::Files(command) => {
+            files(&client, command).await?;
+            Ok(ExitCode::SUCCESS)
+        }
     }
+}
+
+async fn files(client: &Client, command: FilesCommand) -> anyhow::Result<()> {
+    match command {
+        FilesCommand::Put { session, local, remote } => {
+            let stdin = local == Path::new("-");
+            let remote = match remote {
+                Some(remote) => remote,
+                None if stdin => bail!("name the file to write: runbox files put SESSION - REMOTE"),
+                None => file_name(&local)?,
+            };
+            let bytes = if stdin {
+                let mut bytes = Vec::new();
+                std::io::Read::read_to_end(&mut std::io::stdin(), &mut bytes).context("reading stdin")?;
+                bytes
+            } else {
+                std::fs::read(&local).with_context(|| format!("reading {}", local.display()))?
+            };
+            let written = client.upload_file(&session, &remote, bytes).await?;
+            println!("{} bytes to {}", written.size, written.path);
+        }
+        FilesCommand::Get { session, remote, local } => {
+            let bytes = client.read_file(&session, &remote).await?;
+            let local = match local {
+                Some(local) => local,
+                None => PathBuf::from(file_name(Path::new(&remote))?),
+            };
+            if local == Path::new("-") {
+                let mut stdout = std::io::stdout();
+                stdout.write_all(&bytes)?;
+                stdout.flush()?;
+            } else {
+                std::fs::write(&local, &bytes).with_context(|| format!("writing {}", local.display()))?;
+            }
+        }
+        FilesCommand::Ls { session, dir } => {
+            let listing = client.list_files(&session, dir.as_deref()).await?;
+            let mut stdout = std::io::stdout().lock();
+            for entry in &listing.files {
+                let (kind, slash) = match entry.file_type {
+                    FileType::File => ("file", ""),
+                    FileType::Directory => ("directory", "/"),
+                    FileType::Link => ("link", ""),
+                };
+                writeln!(stdout, "{kind:<9} {:>10}  {}  {}{slash}", entry.size, entry.modified, entry.path)?;
+            }
+            stdout.flush()?;
+            if listing.truncated {
+                eprintln!("runbox: the directory holds more entries than runbox lists; these are the first");
+            }
+        }
+        FilesCommand::Rm { session, remote } => client.delete_file(&session, &remote).await?,
+    }
+    Ok(())
+}
+
+/// The last name of `path`, as a file's name in the other place.
+fn file_name(path: &Path) -> anyhow::Result<String> {
+    path.file_name()
+        .and_then(|name| name.to_str())
+        .map(str::to_owned)
+        .ok_or_else(|| anyhow!("{} names no file: give the other path too", path.display()))
 }
 
 /// Prints a job as pretty JSON, its fields in name order.

@@ -238,6 +238,61 @@ def test_a_session_keeps_state_checkpoints_forks_and_ends(mode):
     assert after.is_error is True and "session_closed" in text(after), text(after)
 
 
+@pytest.mark.parametrize("mode", MODES)
+def test_files_move_in_and_out_of_a_session(mode):
+    async def work(client):
+        tools = {tool.name: tool for tool in (await client.list_tools()).tools}
+        created = await client.call_tool("create_session", {"language": "python", "idle_timeout_s": 60})
+        sid = created.structured_content["id"]
+        calls = {
+            "text": ("upload_file", {"session_id": sid, "path": "data/in.csv", "content": "a,b\n1,2\n"}),
+            "bytes": ("upload_file", {"session_id": sid, "path": "blob.bin", "content": "AAEC/w==", "encoding": "base64"}),
+            "ran": (
+                "run_in_session",
+                {
+                    "session_id": sid,
+                    "code": "print(len(open('data/in.csv').read()), open('blob.bin', 'rb').read())\n"
+                    "open('data/out.txt', 'w').write(open('given.txt').read() * 2)",
+                    "files": [{"path": "given.txt", "content": "hi"}],
+                    "return_files": ["data/out.txt"],
+                },
+            ),
+            "read_text": ("read_file", {"session_id": sid, "path": "data/out.txt"}),
+            "read_bytes": ("read_file", {"session_id": sid, "path": "blob.bin"}),
+            "home": ("list_files", {"session_id": sid}),
+            "data": ("list_files", {"session_id": sid, "path": "data"}),
+            "missing": ("read_file", {"session_id": sid, "path": "nothing.txt"}),
+            "escape": ("upload_file", {"session_id": sid, "path": "../x", "content": "x"}),
+            "bad_base64": ("upload_file", {"session_id": sid, "path": "x", "content": "not base64!", "encoding": "base64"}),
+            "unknown": ("list_files", {"session_id": sid, "recursive": True}),
+        }
+        results = {name: await client.call_tool(tool, args) for name, (tool, args) in calls.items()}
+        await client.call_tool("destroy_session", {"session_id": sid})
+        results["closed"] = await client.call_tool("list_files", {"session_id": sid})
+        return tools, results
+
+    tools, r = call(mode, work)
+    assert {"upload_file", "read_file", "list_files"} <= tools.keys()
+    assert tools["read_file"].annotations.read_only_hint is True
+    assert set(tools["run_in_session"].input_schema["properties"]) >= {"files", "return_files"}
+    assert r["text"].structured_content == {"path": "data/in.csv", "size": 8}, text(r["text"])
+    assert r["bytes"].structured_content == {"path": "blob.bin", "size": 4}, text(r["bytes"])
+    assert r["ran"].structured_content["stdout"] == "8 b'\\x00\\x01\\x02\\xff'\n", text(r["ran"])
+    assert [(f["path"], f["content"]) for f in r["ran"].structured_content["files"]] == [("data/out.txt", "aGloaQ==")]
+    assert r["read_text"].structured_content == {"path": "data/out.txt", "size": 4, "encoding": "utf8", "content": "hihi"}
+    assert "UTF-8" in text(r["read_text"]) and text(r["read_text"]).endswith("\nhihi"), text(r["read_text"])
+    assert r["read_bytes"].structured_content == {"path": "blob.bin", "size": 4, "encoding": "base64", "content": "AAEC/w=="}
+    assert "base64" in text(r["read_bytes"]), text(r["read_bytes"])
+    home = {f["name"]: f for f in r["home"].structured_content["files"]}
+    assert (home["data"]["type"], home["blob.bin"]["type"], home["blob.bin"]["size"]) == ("directory", "file", 4)
+    assert r["home"].structured_content["path"] == "" and r["home"].structured_content["truncated"] is False
+    assert [f["path"] for f in r["data"].structured_content["files"]] == ["data/in.csv", "data/out.txt"]
+    for name, code in [("missing", "no_file"), ("escape", "invalid_path"), ("bad_base64", "invalid_field"),
+                       ("unknown", "unknown_field"), ("closed", "session_closed")]:
+        assert r[name].is_error is True and text(r[name]).startswith(f"{code}: "), (name, text(r[name]))
+    assert "list_files takes" in text(r["unknown"]), text(r["unknown"])
+
+
 def test_session_tools_say_that_state_lasts_only_inside_a_session():
     async def work(client):
         return {tool.name: tool for tool in (await client.list_tools()).tools}

@@ -1,6 +1,7 @@
 //! The `runbox` command line against a real stack: a program's output and
 //! exit code pass through, timeouts and errors get their own exit codes,
-//! and a JSONL file runs as a batch with JSON lines out.
+//! a JSONL file runs as a batch with JSON lines out, and files move in and
+//! out of a session.
 
 use std::path::Path;
 use std::process::Output;
@@ -153,4 +154,52 @@ async fn batch_prints_json_lines_and_a_summary() {
     let out = runbox(&stack.api, &["batch", &broken], None).await;
     assert_eq!(out.status.code(), Some(69));
     assert!(text(&out.stderr).contains("broken.jsonl:2"), "{}", text(&out.stderr));
+}
+
+#[tokio::test]
+async fn files_move_in_and_out_of_a_session() {
+    let stack = Stack::start(&[]).await;
+    let create = stack.api.http.post(stack.api.url("/v1/sessions")).bearer_auth(ALICE);
+    let response = create.json(&serde_json::json!({ "language": "python" })).send().await.expect("create");
+    assert_eq!(response.status().as_u16(), 201);
+    let session: Value = response.json().await.expect("json");
+    let id = session["id"].as_str().expect("session id").to_owned();
+    let dir = tempfile::tempdir().expect("dir");
+    let local = write(dir.path(), "rows.csv", "a,b\n1,2\n");
+
+    let out = runbox(&stack.api, &["files", "put", &id, &local, "data/rows.csv"], None).await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "8 bytes to data/rows.csv\n");
+    // Without REMOTE, LOCAL's file name; `-` is stdin.
+    let out = runbox(&stack.api, &["files", "put", &id, &local], None).await;
+    assert_eq!(text(&out.stdout), "8 bytes to rows.csv\n", "{}", text(&out.stderr));
+    let out = runbox(&stack.api, &["files", "put", &id, "-", "data/note.txt"], Some("from stdin")).await;
+    assert_eq!(text(&out.stdout), "10 bytes to data/note.txt\n", "{}", text(&out.stderr));
+
+    let out = runbox(&stack.api, &["files", "ls", &id], None).await;
+    let lines: Vec<String> =
+        text(&out.stdout).lines().map(|l| l.split_whitespace().collect::<Vec<_>>().join(" ")).collect();
+    assert_eq!(lines.len(), 2, "{lines:?}");
+    assert!(lines[0].starts_with("directory ") && lines[0].ends_with(" data/"), "{lines:?}");
+    assert!(lines[1].starts_with("file 8 ") && lines[1].ends_with(" rows.csv"), "{lines:?}");
+    let out = runbox(&stack.api, &["files", "ls", &id, "data"], None).await;
+    let listing = text(&out.stdout);
+    let paths: Vec<&str> = listing.lines().filter_map(|l| l.split_whitespace().last()).collect();
+    assert_eq!(paths, ["data/note.txt", "data/rows.csv"]);
+
+    let out = runbox(&stack.api, &["files", "get", &id, "data/note.txt", "-"], None).await;
+    assert_eq!((out.status.code(), text(&out.stdout)), (Some(0), "from stdin".to_owned()), "{}", text(&out.stderr));
+    let copy = dir.path().join("copy.csv");
+    let out = runbox(&stack.api, &["files", "get", &id, "data/rows.csv", copy.to_str().expect("utf-8")], None).await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(std::fs::read_to_string(&copy).expect("copied"), "a,b\n1,2\n");
+
+    let out = runbox(&stack.api, &["files", "rm", &id, "data/rows.csv"], None).await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let out = runbox(&stack.api, &["files", "get", &id, "data/rows.csv", "-"], None).await;
+    assert_eq!(out.status.code(), Some(69));
+    assert!(text(&out.stderr).contains("no_file"), "{}", text(&out.stderr));
+    let out = runbox(&stack.api, &["files", "put", &id, &local, "../escape.csv"], None).await;
+    assert_eq!(out.status.code(), Some(69));
+    assert!(text(&out.stderr).contains("invalid_path"), "{}", text(&out.stderr));
 }

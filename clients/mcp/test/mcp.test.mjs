@@ -127,6 +127,35 @@ describe("runbox /mcp with @modelcontextprotocol/sdk", () => {
     assert.match(text(gone), /session_closed/);
   });
 
+  test("files move in and out of a session", async () => {
+    const { tools } = await client.listTools();
+    for (const name of ["upload_file", "read_file", "list_files"]) {
+      assert.ok(tools.some((t) => t.name === name), `${name} among ${tools.map((t) => t.name)}`);
+    }
+    const created = await client.callTool({ name: "create_session", arguments: { language: "python" } });
+    const id = created.structuredContent.id;
+    const tool = (name, args) => client.callTool({ name, arguments: { session_id: id, ...args } });
+    const uploaded = await tool("upload_file", { path: "in/a.txt", content: "abc" });
+    assert.deepEqual(uploaded.structuredContent, { path: "in/a.txt", size: 3 }, text(uploaded));
+    const ran = await tool("run_in_session", {
+      code: "open('out.bin', 'wb').write(open('in/a.txt', 'rb').read() + open('b.bin', 'rb').read())",
+      files: [{ path: "b.bin", content: "/w==", encoding: "base64" }],
+      return_files: true,
+    });
+    assert.equal(ran.isError, false, text(ran));
+    assert.equal(ran.structuredContent.files.find((f) => f.path === "out.bin")?.content, "YWJj/w==", text(ran));
+    const read = await tool("read_file", { path: "out.bin" });
+    assert.deepEqual(read.structuredContent, { path: "out.bin", size: 4, encoding: "base64", content: "YWJj/w==" });
+    const readText = await tool("read_file", { path: "in/a.txt" });
+    assert.deepEqual([readText.structuredContent.encoding, readText.structuredContent.content], ["utf8", "abc"]);
+    const listed = await tool("list_files", { path: "in" });
+    assert.deepEqual(listed.structuredContent.files.map((f) => [f.name, f.type, f.size]), [["a.txt", "file", 3]]);
+    const missing = await tool("read_file", { path: "in/nothing" });
+    assert.equal(missing.isError, true);
+    assert.match(text(missing), /^no_file: /);
+    await tool("destroy_session", {});
+  });
+
   test("a wrong token gets 401", async () => {
     await assert.rejects(connect("not-the-token-0123456789"), (error) => {
       assert.ok(error instanceof StreamableHTTPError, `${error}`);

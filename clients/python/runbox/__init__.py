@@ -19,7 +19,18 @@ from .errors import (
     Unauthorized,
     Unavailable,
 )
-from .types import Batch, Checkpoint, Job, OutputEvent, OutputFile, SessionExec, SessionInfo
+from .types import (
+    Batch,
+    Checkpoint,
+    FileEntry,
+    FileListing,
+    FileWritten,
+    Job,
+    OutputEvent,
+    OutputFile,
+    SessionExec,
+    SessionInfo,
+)
 
 __all__ = [
     "AsyncBatchHandle",
@@ -29,6 +40,9 @@ __all__ = [
     "BatchHandle",
     "Checkpoint",
     "Client",
+    "FileEntry",
+    "FileListing",
+    "FileWritten",
     "InvalidRequest",
     "Job",
     "NotFound",

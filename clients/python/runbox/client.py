@@ -19,12 +19,13 @@ import json
 import os
 import time
 from dataclasses import replace
-from typing import Any, AsyncIterator, Iterable, Iterator, Optional
+from urllib.parse import quote
+from typing import Any, AsyncIterator, Iterable, Iterator, Optional, Union
 
 import httpx
 
-from .errors import SessionEnded, TransportError, error_code, error_for
-from .types import Batch, Checkpoint, Job, OutputEvent, SessionExec, SessionInfo
+from .errors import InvalidRequest, SessionEnded, TransportError, error_code, error_for
+from .types import Batch, Checkpoint, FileListing, FileWritten, Job, OutputEvent, SessionExec, SessionInfo
 
 #: The longest long-poll runbox holds a request for.
 MAX_WAIT_S = 60
@@ -103,15 +104,18 @@ def _body(response: httpx.Response) -> Any:
         return {"error": {"code": "invalid_response", "message": response.text[:200]}}
 
 
-def _answer(response: httpx.Response, attempt: int, max_retries: int, retry=_retry_any) -> tuple[Optional[float], Any]:
+def _answer(
+    response: httpx.Response, attempt: int, max_retries: int, retry=_retry_any, raw: bool = False
+) -> tuple[Optional[float], Any]:
     """How one response ends a request: `(delay, None)` to retry after
-    `delay` seconds, else `(None, body)`; an error status raises. `retry`
-    says, from the error code of a 429 or 503, whether it may be retried."""
+    `delay` seconds, else `(None, body)` (its bytes with `raw`); an error
+    status raises. `retry` says, from the error code of a 429 or 503,
+    whether it may be retried."""
     if response.status_code in (429, 503) and attempt < max_retries and retry(error_code(_body(response))):
         return _retry_delay(response, attempt), None
     if response.status_code >= 400:
         raise error_for(response.status_code, _body(response))
-    return None, _body(response)
+    return None, response.content if raw else _body(response)
 
 
 class _EventParser:
@@ -150,11 +154,12 @@ def _events_request(job_id: str) -> dict:
     return {"method": "GET", "url": f"/v1/jobs/{job_id}/events", "timeout": httpx.Timeout(30.0, read=None)}
 
 
-def _exec_events_request(session_id: str, code: str, stdin: Optional[str], timeout_ms: Optional[int]) -> dict:
+def _exec_events_request(session_id: str, code: str, **fields: Any) -> dict:
+    """`fields` are `_exec_body`'s."""
     return {
         "method": "POST",
         "url": f"/v1/sessions/{session_id}/exec",
-        "json": _exec_body(code, stdin, timeout_ms),
+        "json": _exec_body(code, **fields),
         "headers": {"Accept": "text/event-stream"},
         "timeout": httpx.Timeout(30.0, read=None),
     }
@@ -185,12 +190,38 @@ def _session_body(language: Optional[str], idle_timeout_s: Optional[int], from_c
     return {name: value for name, value in fields if value is not None}
 
 
-def _exec_body(code: str, stdin: Optional[str], timeout_ms: Optional[int]) -> dict:
+def _exec_body(
+    code: str,
+    stdin: Optional[str] = None,
+    timeout_ms: Optional[int] = None,
+    files: Optional[list[dict]] = None,
+    return_files: Union[bool, list[str], None] = None,
+) -> dict:
     body: dict[str, Any] = {"code": code}
-    for name, value in (("stdin", stdin), ("timeout_ms", timeout_ms)):
+    fields = (("stdin", stdin), ("timeout_ms", timeout_ms), ("files", files), ("return_files", return_files))
+    for name, value in fields:
         if value is not None:
             body[name] = value
     return body
+
+
+def _file_url(session_id: str, path: str) -> str:
+    """A file's route; its path is percent-encoded name by name. A path
+    with an empty, `.` or `..` name is refused here with the `invalid_path`
+    runbox would answer: the URL would resolve it away before runbox saw
+    it, and name another file."""
+    if any(name in ("", ".", "..") for name in path.split("/")):
+        message = f"{path!r} has an empty, '.' or '..' name; a path is plain names relative to the session's home"
+        raise InvalidRequest(400, "invalid_path", message, {"error": {"code": "invalid_path", "message": message}})
+    return f"/v1/sessions/{session_id}/files/{quote(path, safe='/')}"
+
+
+def _file_bytes(data: Union[bytes, str]) -> bytes:
+    return data.encode() if isinstance(data, str) else bytes(data)
+
+
+#: Headers of an upload: its body is the file's bytes.
+_OCTETS = {"Content-Type": "application/octet-stream"}
 
 
 def _exec_timeout(client_timeout_s: float, timeout_ms: Optional[int]) -> float:
@@ -241,13 +272,13 @@ class Client:
     def close(self) -> None:
         self._http.close()
 
-    def _request(self, method: str, path: str, *, retry=_retry_any, **kwargs: Any) -> Any:
+    def _request(self, method: str, path: str, *, retry=_retry_any, raw: bool = False, **kwargs: Any) -> Any:
         for attempt in range(self.max_retries + 1):
             try:
                 response = self._http.request(method, path, **kwargs)
             except httpx.HTTPError as e:
                 raise TransportError(f"{method} {path}: {e}") from e
-            delay, body = _answer(response, attempt, self.max_retries, retry)
+            delay, body = _answer(response, attempt, self.max_retries, retry, raw)
             if delay is None:
                 return body
             time.sleep(delay)
@@ -284,11 +315,18 @@ class Client:
         return self._events(_events_request(job_id))
 
     def stream_exec(
-        self, session_id: str, code: str, stdin: Optional[str] = None, timeout_ms: Optional[int] = None
+        self,
+        session_id: str,
+        code: str,
+        stdin: Optional[str] = None,
+        timeout_ms: Optional[int] = None,
+        files: Optional[list[dict]] = None,
+        return_files: Union[bool, list[str], None] = None,
     ) -> Iterator[OutputEvent]:
         """`exec_in`, with the exec's output as it is written, as `stream`
-        gives a job's. Never retried, as `exec_in` is not."""
-        return self._events(_exec_events_request(session_id, code, stdin, timeout_ms))
+        gives a job's; takes the same fields. Never retried, as `exec_in`
+        is not."""
+        return self._events(_exec_events_request(session_id, code, stdin=stdin, timeout_ms=timeout_ms, files=files, return_files=return_files))
 
     def _events(self, request: dict) -> Iterator[OutputEvent]:
         what = f"{request['method']} {request['url']}"
@@ -363,16 +401,26 @@ class Client:
         return [SessionInfo.from_json(s) for s in self._request("GET", "/v1/sessions")["sessions"]]
 
     def exec_in(
-        self, session_id: str, code: str, stdin: Optional[str] = None, timeout_ms: Optional[int] = None
+        self,
+        session_id: str,
+        code: str,
+        stdin: Optional[str] = None,
+        timeout_ms: Optional[int] = None,
+        files: Optional[list[dict]] = None,
+        return_files: Union[bool, list[str], None] = None,
     ) -> SessionExec:
-        """Runs `code` in the session; a non-zero exit is data. Never
-        retried: an exec is not idempotent (it changes the session), and a
-        503 or a lost answer may come after the worker has run it. 409
-        `session_busy` is raised as `SessionBusy` for the same reason."""
+        """Runs `code` in the session; a non-zero exit is data. `files`
+        (`{"path", "content", "encoding"?}` each, as a job's) are written
+        under the session's home first and stay there; `return_files`
+        (`True`, or paths) brings files back in the result's `files`, as a
+        job's. Never retried: an exec is not idempotent (it changes the
+        session), and a 503 or a lost answer may come after the worker has
+        run it. 409 `session_busy` is raised as `SessionBusy` for the same
+        reason."""
         body = self._request(
             "POST",
             f"/v1/sessions/{session_id}/exec",
-            json=_exec_body(code, stdin, timeout_ms),
+            json=_exec_body(code, stdin, timeout_ms, files, return_files),
             retry=_retry_never,
             timeout=_exec_timeout(self.timeout_s, timeout_ms),
         )
@@ -397,6 +445,28 @@ class Client:
     def destroy_session(self, session_id: str) -> SessionInfo:
         """Ends the session and its process; returns it `closed`."""
         return SessionInfo.from_json(self._request("DELETE", f"/v1/sessions/{session_id}"))
+
+    # A session's files: its home, which is its code's working directory.
+
+    def upload_file(self, session_id: str, path: str, data: Union[bytes, str]) -> FileWritten:
+        """Writes `data` (a `str` as UTF-8) to `path` under the session's
+        home, making its directories; a file there is replaced, so a retry
+        is harmless."""
+        body = self._request("PUT", _file_url(session_id, path), content=_file_bytes(data), headers=_OCTETS)
+        return FileWritten.from_json(body)
+
+    def read_file(self, session_id: str, path: str) -> bytes:
+        """The bytes of the file at `path` under the session's home."""
+        return self._request("GET", _file_url(session_id, path), raw=True)
+
+    def list_files(self, session_id: str, path: Optional[str] = None) -> FileListing:
+        """A directory of the session's home (the home itself by default)."""
+        params = {"path": path} if path else None
+        return FileListing.from_json(self._request("GET", f"/v1/sessions/{session_id}/files", params=params))
+
+    def delete_file(self, session_id: str, path: str) -> None:
+        """Deletes the file at `path`, or the directory with all it holds."""
+        self._request("DELETE", _file_url(session_id, path), raw=True)
 
     def _started(self, info: SessionInfo) -> SessionInfo:
         """`info` once a worker has opened it: runbox answers 202 with the
@@ -457,13 +527,13 @@ class AsyncClient:
     async def aclose(self) -> None:
         await self._http.aclose()
 
-    async def _request(self, method: str, path: str, *, retry=_retry_any, **kwargs: Any) -> Any:
+    async def _request(self, method: str, path: str, *, retry=_retry_any, raw: bool = False, **kwargs: Any) -> Any:
         for attempt in range(self.max_retries + 1):
             try:
                 response = await self._http.request(method, path, **kwargs)
             except httpx.HTTPError as e:
                 raise TransportError(f"{method} {path}: {e}") from e
-            delay, body = _answer(response, attempt, self.max_retries, retry)
+            delay, body = _answer(response, attempt, self.max_retries, retry, raw)
             if delay is None:
                 return body
             await asyncio.sleep(delay)
@@ -493,10 +563,16 @@ class AsyncClient:
         return self._events(_events_request(job_id))
 
     def stream_exec(
-        self, session_id: str, code: str, stdin: Optional[str] = None, timeout_ms: Optional[int] = None
+        self,
+        session_id: str,
+        code: str,
+        stdin: Optional[str] = None,
+        timeout_ms: Optional[int] = None,
+        files: Optional[list[dict]] = None,
+        return_files: Union[bool, list[str], None] = None,
     ) -> AsyncIterator[OutputEvent]:
         """`Client.stream_exec`, asynchronously."""
-        return self._events(_exec_events_request(session_id, code, stdin, timeout_ms))
+        return self._events(_exec_events_request(session_id, code, stdin=stdin, timeout_ms=timeout_ms, files=files, return_files=return_files))
 
     async def _events(self, request: dict) -> AsyncIterator[OutputEvent]:
         what = f"{request['method']} {request['url']}"
@@ -565,12 +641,18 @@ class AsyncClient:
         return [SessionInfo.from_json(s) for s in body["sessions"]]
 
     async def exec_in(
-        self, session_id: str, code: str, stdin: Optional[str] = None, timeout_ms: Optional[int] = None
+        self,
+        session_id: str,
+        code: str,
+        stdin: Optional[str] = None,
+        timeout_ms: Optional[int] = None,
+        files: Optional[list[dict]] = None,
+        return_files: Union[bool, list[str], None] = None,
     ) -> SessionExec:
         body = await self._request(
             "POST",
             f"/v1/sessions/{session_id}/exec",
-            json=_exec_body(code, stdin, timeout_ms),
+            json=_exec_body(code, stdin, timeout_ms, files, return_files),
             retry=_retry_never,
             timeout=_exec_timeout(self.timeout_s, timeout_ms),
         )
@@ -591,6 +673,20 @@ class AsyncClient:
 
     async def destroy_session(self, session_id: str) -> SessionInfo:
         return SessionInfo.from_json(await self._request("DELETE", f"/v1/sessions/{session_id}"))
+
+    async def upload_file(self, session_id: str, path: str, data: Union[bytes, str]) -> FileWritten:
+        body = await self._request("PUT", _file_url(session_id, path), content=_file_bytes(data), headers=_OCTETS)
+        return FileWritten.from_json(body)
+
+    async def read_file(self, session_id: str, path: str) -> bytes:
+        return await self._request("GET", _file_url(session_id, path), raw=True)
+
+    async def list_files(self, session_id: str, path: Optional[str] = None) -> FileListing:
+        params = {"path": path} if path else None
+        return FileListing.from_json(await self._request("GET", f"/v1/sessions/{session_id}/files", params=params))
+
+    async def delete_file(self, session_id: str, path: str) -> None:
+        await self._request("DELETE", _file_url(session_id, path), raw=True)
 
     async def _started(self, info: SessionInfo) -> SessionInfo:
         deadline = time.monotonic() + START_POLL_S
@@ -652,15 +748,43 @@ class Session:
     def __repr__(self) -> str:
         return f"Session(id={self.id!r}, language={self.language!r}, status={self.status!r})"
 
-    def stream(self, code: str, stdin: Optional[str] = None, timeout_ms: Optional[int] = None) -> Iterator[OutputEvent]:
+    def stream(
+        self,
+        code: str,
+        stdin: Optional[str] = None,
+        timeout_ms: Optional[int] = None,
+        files: Optional[list[dict]] = None,
+        return_files: Union[bool, list[str], None] = None,
+    ) -> Iterator[OutputEvent]:
         """`exec`, with its output as it is written (see `Client.stream`)."""
-        return self.client.stream_exec(self.id, code, stdin=stdin, timeout_ms=timeout_ms)
+        return self.client.stream_exec(self.id, code, stdin=stdin, timeout_ms=timeout_ms, files=files, return_files=return_files)
 
-    def exec(self, code: str, stdin: Optional[str] = None, timeout_ms: Optional[int] = None) -> SessionExec:
-        result = self.client.exec_in(self.id, code, stdin=stdin, timeout_ms=timeout_ms)
+    def exec(
+        self,
+        code: str,
+        stdin: Optional[str] = None,
+        timeout_ms: Optional[int] = None,
+        files: Optional[list[dict]] = None,
+        return_files: Union[bool, list[str], None] = None,
+    ) -> SessionExec:
+        """See `Client.exec_in`."""
+        result = self.client.exec_in(self.id, code, stdin, timeout_ms, files, return_files)
         if result.session_status is not None:
             self.info = replace(self.info, status=result.session_status)
         return result
+
+    def upload_file(self, path: str, data: Union[bytes, str]) -> FileWritten:
+        """See `Client.upload_file`."""
+        return self.client.upload_file(self.id, path, data)
+
+    def read_file(self, path: str) -> bytes:
+        return self.client.read_file(self.id, path)
+
+    def list_files(self, path: Optional[str] = None) -> FileListing:
+        return self.client.list_files(self.id, path)
+
+    def delete_file(self, path: str) -> None:
+        self.client.delete_file(self.id, path)
 
     def checkpoint(self) -> Checkpoint:
         return self.client.checkpoint_session(self.id)
@@ -709,16 +833,40 @@ class AsyncSession:
         return f"AsyncSession(id={self.id!r}, language={self.language!r}, status={self.status!r})"
 
     def stream(
-        self, code: str, stdin: Optional[str] = None, timeout_ms: Optional[int] = None
+        self,
+        code: str,
+        stdin: Optional[str] = None,
+        timeout_ms: Optional[int] = None,
+        files: Optional[list[dict]] = None,
+        return_files: Union[bool, list[str], None] = None,
     ) -> AsyncIterator[OutputEvent]:
         """`exec`, with its output as it is written (see `Client.stream`)."""
-        return self.client.stream_exec(self.id, code, stdin=stdin, timeout_ms=timeout_ms)
+        return self.client.stream_exec(self.id, code, stdin=stdin, timeout_ms=timeout_ms, files=files, return_files=return_files)
 
-    async def exec(self, code: str, stdin: Optional[str] = None, timeout_ms: Optional[int] = None) -> SessionExec:
-        result = await self.client.exec_in(self.id, code, stdin=stdin, timeout_ms=timeout_ms)
+    async def exec(
+        self,
+        code: str,
+        stdin: Optional[str] = None,
+        timeout_ms: Optional[int] = None,
+        files: Optional[list[dict]] = None,
+        return_files: Union[bool, list[str], None] = None,
+    ) -> SessionExec:
+        result = await self.client.exec_in(self.id, code, stdin, timeout_ms, files, return_files)
         if result.session_status is not None:
             self.info = replace(self.info, status=result.session_status)
         return result
+
+    async def upload_file(self, path: str, data: Union[bytes, str]) -> FileWritten:
+        return await self.client.upload_file(self.id, path, data)
+
+    async def read_file(self, path: str) -> bytes:
+        return await self.client.read_file(self.id, path)
+
+    async def list_files(self, path: Optional[str] = None) -> FileListing:
+        return await self.client.list_files(self.id, path)
+
+    async def delete_file(self, path: str) -> None:
+        await self.client.delete_file(self.id, path)
 
     async def checkpoint(self) -> Checkpoint:
         return await self.client.checkpoint_session(self.id)

@@ -174,3 +174,42 @@ class SessionExec(Job):
             session_status=session.get("status"),
             restored_from=session.get("restored_from"),
         )
+
+
+@dataclass(frozen=True)
+class FileWritten:
+    """A file uploaded to a session: its path and size in bytes."""
+
+    path: str
+    size: int
+
+    @classmethod
+    def from_json(cls, data: dict) -> "FileWritten":
+        return cls(path=data["path"], size=data["size"])
+
+
+@dataclass(frozen=True)
+class FileEntry:
+    """One entry of a session's directory: `type` is `file`, `directory`
+    or `link` (a link its code made; never followed); `modified` is RFC 3339."""
+
+    name: str
+    path: str
+    type: str
+    size: int
+    modified: str
+
+
+@dataclass(frozen=True)
+class FileListing:
+    """A directory of a session's home (`path` is empty for the home);
+    `truncated` when it held more entries than runbox lists."""
+
+    path: str
+    files: list[FileEntry]
+    truncated: bool = False
+
+    @classmethod
+    def from_json(cls, data: dict) -> "FileListing":
+        files = [FileEntry(**{k: f[k] for k in FileEntry.__dataclass_fields__}) for f in data.get("files") or []]
+        return cls(path=data.get("path", ""), files=files, truncated=data.get("truncated", False))

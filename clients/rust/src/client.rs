@@ -138,7 +138,7 @@ impl Client {
         loop {
             let mut request = self.http.request(call.method.clone(), url.clone()).bearer_auth(&self.token);
             if let Some(body) = &call.body {
-                request = request.header(CONTENT_TYPE, "application/json").body(body.clone());
+                request = request.header(CONTENT_TYPE, call.content_type).body(body.clone());
             }
             if let Some(key) = call.idempotency_key {
                 request = request.header("idempotency-key", key);
@@ -180,6 +180,13 @@ impl Client {
         decode(status, &body).map_err(|source| Error::Decode { what, source })
     }
 
+    /// Sends `call` and reads its body as bytes.
+    pub(crate) async fn bytes(&self, call: &Call<'_>) -> Result<Vec<u8>, Error> {
+        let (response, what) = self.send(call).await?;
+        let body = response.bytes().await.map_err(|source| Error::Transport { what, source })?;
+        Ok(body.to_vec())
+    }
+
     /// Sends `call` and reads its body as `T`.
     pub(crate) async fn json<T: DeserializeOwned>(&self, call: &Call<'_>) -> Result<T, Error> {
         self.answer(call, |_, body| serde_json::from_slice(body)).await
@@ -187,7 +194,7 @@ impl Client {
 
     /// The URL of `call`: the base URL's path, then the call's segments,
     /// each percent-encoded, so an id can never change the route.
-    fn url(&self, call: &Call<'_>) -> Url {
+    pub(crate) fn url(&self, call: &Call<'_>) -> Url {
         let mut url = self.base.clone();
         if let Ok(mut path) = url.path_segments_mut() {
             path.pop_if_empty().extend(&call.path);
@@ -229,6 +236,7 @@ pub(crate) struct Call<'a> {
     path: Vec<&'a str>,
     query: Vec<(&'static str, String)>,
     body: Option<Vec<u8>>,
+    content_type: &'static str,
     idempotency_key: Option<&'a str>,
     accept: Option<&'static str>,
     /// How long runbox may hold the request before it answers; None for a
@@ -244,6 +252,7 @@ impl<'a> Call<'a> {
             path: path.to_vec(),
             query: Vec::new(),
             body: None,
+            content_type: "application/json",
             idempotency_key: None,
             accept: None,
             hold: Some(Duration::ZERO),
@@ -259,8 +268,19 @@ impl<'a> Call<'a> {
         Call::new(Method::POST, path)
     }
 
+    pub fn put(path: &[&'a str]) -> Call<'a> {
+        Call::new(Method::PUT, path)
+    }
+
     pub fn delete(path: &[&'a str]) -> Call<'a> {
         Call::new(Method::DELETE, path)
+    }
+
+    /// A raw body, sent as `application/octet-stream`.
+    pub fn bytes(mut self, body: Vec<u8>) -> Call<'a> {
+        self.body = Some(body);
+        self.content_type = "application/octet-stream";
+        self
     }
 
     /// A JSON body, encoded once for every attempt.

@@ -1,6 +1,6 @@
 //! A Rust client for runbox's HTTP API (`/v1`; the project README has the
 //! reference): jobs, their live output, batches with streamed results,
-//! sessions, idempotent submits, retries and typed errors.
+//! sessions and their files, idempotent submits, retries and typed errors.
 //!
 //! ```no_run
 //! # async fn example() -> Result<(), runbox_client::Error> {
@@ -42,13 +42,14 @@
 //!
 //! Answers use common's types where it has them: [`Status`],
 //! [`Language`], [`Verdict`], [`OutputFile`], [`SessionStatus`],
-//! [`CheckpointInfo`] (a checkpoint), [`WorkerInfo`], and `/v1/runtimes`'
+//! [`FileEntry`] and [`FileType`] (a session's file), [`CheckpointInfo`] (a checkpoint), [`WorkerInfo`], and `/v1/runtimes`'
 //! [`Runtimes`] and [`RuntimeLimits`]. The objects
 //! around them are rendered by the api from view types of its own that
 //! common does not hold, so this crate declares them, field for field:
 //! [`Job`] (and its [`Timings`], which common's does not deserialize),
 //! [`Submitted`], [`Batch`], [`BatchStatus`], [`BatchSubmitted`],
-//! [`BatchResult`], [`Session`], [`ExecResult`], [`ExecSession`], and the
+//! [`BatchResult`], [`Session`], [`ExecResult`], [`ExecSession`],
+//! [`FileWritten`], [`FileListing`], and the
 //! stream's [`Event`].
 //!
 //! # Layout
@@ -74,10 +75,11 @@ pub use client::{Client, ClientBuilder, MAX_WAIT_S, Retry};
 pub use error::{Error, InvalidJob};
 pub use request::{BatchQuery, Case, Exec, NewBatch, NewJob, NewSession, SubmitOptions};
 pub use response::{
-    Batch, BatchResult, BatchStatus, BatchSubmitted, ExecResult, ExecSession, Job, Session, Submitted, Timings,
+    Batch, BatchResult, BatchStatus, BatchSubmitted, ExecResult, ExecSession, FileListing, FileWritten, Job, Session,
+    Submitted, Timings,
 };
 pub use runbox_common::{
-    CheckpointInfo, Compare, FileEncoding, InputFile, JobSpec, Language, OutputFile, ReturnFiles, RuntimeLimits,
-    Runtimes, SessionStatus, Status, Verdict, WorkerInfo,
+    CheckpointInfo, Compare, FileEncoding, FileEntry, FileType, InputFile, JobSpec, Language, OutputFile, ReturnFiles,
+    RuntimeLimits, Runtimes, SessionStatus, Status, Verdict, WorkerInfo,
 };
 pub use stream::{BatchResults, Event, Events, STREAM_IDLE};

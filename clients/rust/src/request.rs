@@ -271,11 +271,31 @@ pub struct Exec {
     pub stdin: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub timeout_ms: Option<u64>,
+    /// Written under the session's home before the code runs, as a job's
+    /// files; they stay in the session.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub files: Vec<InputFile>,
+    /// The files the result carries back, as a job's.
+    #[serde(skip_serializing_if = "ReturnFiles::is_none")]
+    pub return_files: ReturnFiles,
 }
 
 impl Exec {
     pub fn new(code: impl Into<String>) -> Exec {
-        Exec { code: code.into(), stdin: None, timeout_ms: None }
+        Exec { code: code.into(), stdin: None, timeout_ms: None, files: Vec::new(), return_files: ReturnFiles::None }
+    }
+
+    /// A file put under the session's home before the code runs.
+    pub fn file(mut self, file: InputFile) -> Exec {
+        self.files.push(file);
+        self
+    }
+
+    /// The files the result carries back: every file the exec created or
+    /// changed ([`ReturnFiles::All`]), or these paths.
+    pub fn return_files(mut self, files: ReturnFiles) -> Exec {
+        self.return_files = files;
+        self
     }
 
     pub fn stdin(mut self, stdin: impl Into<String>) -> Exec {

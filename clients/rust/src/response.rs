@@ -8,7 +8,7 @@
 
 use std::collections::BTreeMap;
 
-use runbox_common::{CheckpointInfo, Language, OutputFile, SessionStatus, Status, Verdict};
+use runbox_common::{CheckpointInfo, FileEntry, Language, OutputFile, SessionStatus, Status, Verdict};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
@@ -289,4 +289,24 @@ mod tests {
         assert!(exec.job.extra.is_empty(), "{:?}", exec.job.extra);
         assert_eq!(serde_json::to_value(&exec).expect("serializes"), wire);
     }
+}
+
+/// A file uploaded to a session ([`crate::Client::upload_file`]).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct FileWritten {
+    pub path: String,
+    /// Bytes written.
+    pub size: u64,
+}
+
+/// A directory of a session's home ([`crate::Client::list_files`]).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct FileListing {
+    /// The directory, relative to the home (empty for the home).
+    pub path: String,
+    /// Its entries, by name.
+    pub files: Vec<FileEntry>,
+    /// It held more entries than runbox lists: these are the first.
+    #[serde(default)]
+    pub truncated: bool,
 }

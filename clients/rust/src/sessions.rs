@@ -1,4 +1,5 @@
-//! `/v1/sessions`: interpreters whose state lasts from one exec to the next.
+//! `/v1/sessions`: interpreters whose state lasts from one exec to the
+//! next, and the files in their home.
 //!
 //! Sessions bend the retry rule where a retry could do something twice:
 //! a create or fork (which have no idempotency key) is not retried on
@@ -13,7 +14,7 @@ use runbox_common::{CheckpointInfo, SessionStatus};
 use crate::client::{Call, Client, RetryRule};
 use crate::error::Error;
 use crate::request::{Exec, NewSession};
-use crate::response::{Accepted, ExecResult, ExecSession, Session, SessionList};
+use crate::response::{Accepted, ExecResult, ExecSession, FileListing, FileWritten, Session, SessionList};
 use crate::stream::Events;
 
 /// How long runbox waits for a worker to open a session before it answers
@@ -30,6 +31,8 @@ const EXEC_DEFAULT: Duration = Duration::from_secs(60);
 /// How long a session answered as still `starting` is polled for, and how often.
 const START_POLL: Duration = Duration::from_secs(120);
 const START_POLL_EVERY: Duration = Duration::from_millis(500);
+/// How long runbox waits on a session's file operation.
+const FILE_HOLD: Duration = Duration::from_secs(60);
 
 impl Client {
     /// Starts a session and answers once a worker holds it (or, past two
@@ -104,6 +107,29 @@ impl Client {
         self.json(&Call::delete(&["v1", "sessions", id])).await
     }
 
+    /// Writes `bytes` to `path` under session `id`'s home, making its
+    /// directories; a file there is replaced, so a retry is harmless.
+    pub async fn upload_file(&self, id: &str, path: &str, bytes: impl Into<Vec<u8>>) -> Result<FileWritten, Error> {
+        let route = file_route(id, path)?;
+        self.json(&Call::put(&route).bytes(bytes.into()).hold(FILE_HOLD)).await
+    }
+
+    /// The bytes of the file at `path` under session `id`'s home.
+    pub async fn read_file(&self, id: &str, path: &str) -> Result<Vec<u8>, Error> {
+        self.bytes(&Call::get(&file_route(id, path)?).hold(FILE_HOLD)).await
+    }
+
+    /// A directory of session `id`'s home: the home itself with `None`.
+    pub async fn list_files(&self, id: &str, path: Option<&str>) -> Result<FileListing, Error> {
+        self.json(&Call::get(&["v1", "sessions", id, "files"]).query("path", path).hold(FILE_HOLD)).await
+    }
+
+    /// Deletes the file at `path` under session `id`'s home, or the
+    /// directory with all it holds.
+    pub async fn delete_file(&self, id: &str, path: &str) -> Result<(), Error> {
+        self.bytes(&Call::delete(&file_route(id, path)?).hold(FILE_HOLD)).await.map(drop)
+    }
+
     /// `session` once a worker has opened it: runbox answers 202 with it
     /// still `starting` when that takes long.
     async fn started(&self, mut session: Session) -> Result<Session, Error> {
@@ -116,7 +142,44 @@ impl Client {
     }
 }
 
+/// The route of the file at `path` in session `id`, one segment per name.
+/// A path with an empty, `.` or `..` name is refused here with the
+/// `invalid_path` runbox would answer: the URL would resolve it away
+/// before runbox could see it, and name another file.
+fn file_route<'a>(id: &'a str, path: &'a str) -> Result<Vec<&'a str>, Error> {
+    let names: Vec<&str> = path.split('/').collect();
+    if names.iter().any(|name| matches!(*name, "" | "." | "..")) {
+        return Err(Error::Api {
+            status: StatusCode::BAD_REQUEST,
+            code: "invalid_path".to_owned(),
+            message: format!(
+                "{path:?} has an empty, `.` or `..` name; a path is plain names relative to the session's home"
+            ),
+            jobs: Vec::new(),
+        });
+    }
+    Ok(["v1", "sessions", id, "files"].into_iter().chain(names).collect())
+}
+
 /// How long runbox may hold an exec: its timeout plus the margin.
 fn exec_hold(exec: &Exec) -> Duration {
     exec.timeout_ms.map_or(EXEC_DEFAULT, Duration::from_millis) + EXEC_MARGIN
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_file_path_is_one_segment_per_name_and_dot_names_are_refused() {
+        assert_eq!(file_route("s", "a b/c.csv").expect("route"), ["v1", "sessions", "s", "files", "a b", "c.csv"]);
+        let client = Client::new("http://127.0.0.1:8080", "t").expect("client");
+        let route = file_route("s", "d/%2e?x#y").expect("route");
+        let url = client.url(&Call::get(&route));
+        assert_eq!(url.as_str(), "http://127.0.0.1:8080/v1/sessions/s/files/d/%252e%3Fx%23y");
+        for bad in ["../etc/passwd", "a/../b", "/abs", "a//b", "./a", "a/"] {
+            let error = file_route("s", bad).expect_err(bad);
+            assert_eq!((error.status(), error.code()), (Some(StatusCode::BAD_REQUEST), Some("invalid_path")), "{bad}");
+        }
+    }
 }

@@ -131,6 +131,50 @@ export interface SessionOptions {
 export interface ExecOptions {
   stdin?: string;
   timeout_ms?: number;
+  /** Written under the session's home before the code runs, as a job's
+   * `files`; they stay in the session. */
+  files?: InputFile[];
+  /** `true` for every file under the home the exec created or changed, or
+   * these paths: the result's `files` has them, as a job's does. */
+  return_files?: boolean | string[];
+}
+
+/** A file uploaded to a session. */
+export interface FileWritten {
+  path: string;
+  size: number;
+}
+
+/** One entry of a directory of a session's home. `link` is a symbolic
+ * link its code made, never followed; `modified` is RFC 3339. */
+export interface FileEntry {
+  name: string;
+  path: string;
+  type: "file" | "directory" | "link";
+  size: number;
+  modified: string;
+}
+
+/** A directory of a session's home (`path` is empty for the home);
+ * `truncated` when it held more entries than runbox lists. */
+export interface FileListing {
+  path: string;
+  files: FileEntry[];
+  truncated: boolean;
+}
+
+/** A file's route: the session's id, and its path percent-encoded name by
+ * name. A path with an empty, `.` or `..` name is refused here with the
+ * `invalid_path` runbox would answer: the URL would resolve it away before
+ * runbox saw it, and name another file. */
+function filePath(id: string, path: string): string {
+  const names = path.split("/");
+  if (names.some((name) => name === "" || name === "." || name === "..")) {
+    const message = `${JSON.stringify(path)} has an empty, '.' or '..' name; a path is plain names relative to the session's home`;
+    throw new InvalidRequest(400, "invalid_path", message, { error: { code: "invalid_path", message } });
+  }
+  const encoded = names.map(encodeURIComponent).join("/");
+  return `/v1/sessions/${encodeURIComponent(id)}/files/${encoded}`;
 }
 
 const SESSION_ENDED = new Set(["closed", "expired", "lost"]);
@@ -263,7 +307,13 @@ async function errorCode(response: Response): Promise<string> {
   }
 }
 
-type RequestInit = { body?: unknown; headers?: Record<string, string>; retry?: RetryRule };
+/** `body` is sent as JSON, `bytes` as they are. */
+type RequestInit = {
+  body?: unknown;
+  bytes?: Uint8Array<ArrayBuffer>;
+  headers?: Record<string, string>;
+  retry?: RetryRule;
+};
 
 export class Client {
   readonly url: string;
@@ -284,13 +334,14 @@ export class Client {
     const retry = init.retry ?? retryAny;
     const headers: Record<string, string> = { authorization: `Bearer ${this.#token}`, ...init.headers };
     if (init.body !== undefined) headers["content-type"] = "application/json";
+    if (init.bytes !== undefined) headers["content-type"] = "application/octet-stream";
     for (let attempt = 0;; attempt++) {
       let response: Response;
       try {
         response = await this.#fetch(this.url + path, {
           method,
           headers,
-          body: init.body === undefined ? undefined : JSON.stringify(init.body),
+          body: init.bytes ?? (init.body === undefined ? undefined : JSON.stringify(init.body)),
         });
       } catch (e) {
         throw new TransportError(`${method} ${path}: ${e}`, e);
@@ -322,6 +373,21 @@ export class Client {
     }
     if (response.status >= 400) throw errorFor(response.status, body);
     return body as T;
+  }
+
+  /** A request whose answer is raw bytes; an error status is thrown as the
+   * server's error. */
+  async #bytes(method: string, path: string): Promise<Uint8Array> {
+    const response = await this.#send(method, path);
+    if (response.status >= 400) {
+      const text = await response.text();
+      let body: unknown = text;
+      try {
+        body = JSON.parse(text);
+      } catch { /* not JSON: kept as text */ }
+      throw errorFor(response.status, body);
+    }
+    return new Uint8Array(await response.arrayBuffer());
   }
 
   /** A GET whose body is read as a stream; an error status is thrown as
@@ -520,6 +586,33 @@ export class Client {
     return this.#request<SessionInfo>("DELETE", `/v1/sessions/${encodeURIComponent(id)}`);
   }
 
+  // A session's files: its home, which is its code's working directory.
+
+  /** Writes `data` (a string as UTF-8) to `path` under the session's home,
+   * making its directories; a file there is replaced, so a retry is harmless. */
+  async uploadFile(id: string, path: string, data: Uint8Array | string): Promise<FileWritten> {
+    // fetch takes any byte view; TypeScript's BodyInit names only views of
+    // an ArrayBuffer, which a caller's `Uint8Array` need not say it is.
+    const bytes = typeof data === "string" ? new TextEncoder().encode(data) : data as Uint8Array<ArrayBuffer>;
+    return await this.#request<FileWritten>("PUT", filePath(id, path), { bytes });
+  }
+
+  /** The bytes of the file at `path` under the session's home. */
+  async readFile(id: string, path: string): Promise<Uint8Array> {
+    return await this.#bytes("GET", filePath(id, path));
+  }
+
+  /** A directory of the session's home (the home itself by default). */
+  listFiles(id: string, path?: string): Promise<FileListing> {
+    const query = path ? `?${new URLSearchParams({ path })}` : "";
+    return this.#request<FileListing>("GET", `/v1/sessions/${encodeURIComponent(id)}/files${query}`);
+  }
+
+  /** Deletes the file at `path`, or the directory with all it holds. */
+  async deleteFile(id: string, path: string): Promise<void> {
+    await this.#bytes("DELETE", filePath(id, path));
+  }
+
   /** `info` once a worker has opened it: runbox answers 202 with the
    * session still `starting` when that takes long. */
   async #started(info: SessionInfo): Promise<SessionInfo> {
@@ -575,6 +668,23 @@ export class Session {
     const result = await this.client.execInSession(this.id, code, options);
     this.info = { ...this.info, status: result.session.status };
     return result;
+  }
+
+  /** See `Client.uploadFile`. */
+  uploadFile(path: string, data: Uint8Array | string): Promise<FileWritten> {
+    return this.client.uploadFile(this.id, path, data);
+  }
+
+  readFile(path: string): Promise<Uint8Array> {
+    return this.client.readFile(this.id, path);
+  }
+
+  listFiles(path?: string): Promise<FileListing> {
+    return this.client.listFiles(this.id, path);
+  }
+
+  deleteFile(path: string): Promise<void> {
+    return this.client.deleteFile(this.id, path);
   }
 
   checkpoint(): Promise<Checkpoint> {

@@ -8,6 +8,7 @@
 
 mod batches;
 mod errors;
+mod files;
 mod jobs;
 mod sessions;
 mod util;
