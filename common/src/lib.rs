@@ -85,7 +85,7 @@ pub use language::{Language, UnknownLanguage};
 pub use live::{LIVE_GRACE, LiveEntry, OutputChunk, OutputStream};
 pub use queue::{
     Admission, BatchJob, BatchRecord, CallbackDue, Cancelled, Claimed, Enqueued, Handover, Idempotency, JobRecord,
-    JobSummary, NewJob, OverQuota, Queue, QueueError, Quota, Timings,
+    JobSummary, NewJob, OverQuota, Queue, QueueError, Quota, SandboxRecord, Timings,
 };
 pub use session::{
     Checkpoint, CheckpointInfo, FileAction, FileEntry, FileRefusal, FileResult, FileType, MAX_LISTING_ENTRIES,

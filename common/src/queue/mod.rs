@@ -63,6 +63,7 @@ pub use callbacks::CallbackDue;
 pub use jobs::{
     Cancelled, Claimed, Enqueued, Handover, Idempotency, JobRecord, JobSummary, NewJob, OverQuota, Quota, Timings,
 };
+pub use sandboxes::SandboxRecord;
 pub use sessions::Admission;
 
 use crate::connection::{Connection, RedisTarget, pubsub_client};

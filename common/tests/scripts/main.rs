@@ -3,5 +3,6 @@
 
 mod keys;
 mod queue;
+mod sandboxes;
 mod session;
 mod util;

@@ -229,42 +229,64 @@ impl Home {
         Ok(())
     }
 
-    /// The regular files under the home: their bytes, and how many.
+    /// What the home holds: the bytes of its regular files, and its
+    /// entries (files, directories and anything else), which is what its
+    /// count cap counts. An error (a tree too deep to walk, say) is to be
+    /// taken as past the cap.
     pub fn usage(&self) -> std::io::Result<(u64, u64)> {
-        let (mut bytes, mut count) = (0, 0);
-        self.visit(&self.root, &mut |_, meta| {
-            bytes += meta.len();
-            count += 1;
+        let (mut bytes, mut entries) = (0, 0);
+        self.visit(&mut |_, meta| {
+            entries += 1;
+            if meta.is_file() {
+                bytes += meta.len();
+            }
+            entries <= MAX_SESSION_FILES
         })?;
-        Ok((bytes, count))
+        Ok((bytes, entries))
     }
 
-    /// Every regular file under the home, for a checkpoint: at most the
-    /// cap's bytes and count, which the home holds unless its code has
-    /// just passed them.
+    /// Every regular file under the home, for a checkpoint: within the
+    /// caps, each named as the files API names a path, so that a restore
+    /// can put it back. A home past either is refused, with the reason.
     pub fn save(&self) -> std::io::Result<Vec<SavedFile>> {
         let mut files = Vec::new();
         let mut failed = None;
-        let (mut bytes, mut count) = (0, 0);
-        self.visit(&self.root, &mut |path, meta| {
-            bytes += meta.len();
-            count += 1;
-            if bytes > MAX_SESSION_FILES_BYTES || count > MAX_SESSION_FILES {
-                failed = Some(std::io::Error::other("the session's files are past their cap"));
-                return;
+        let (mut bytes, mut entries) = (0, 0);
+        self.visit(&mut |path, meta| {
+            entries += 1;
+            if entries > MAX_SESSION_FILES {
+                failed = Some(std::io::Error::other("the session's home is past its cap of entries"));
+                return false;
             }
-            let relative = path.strip_prefix(&self.root).unwrap_or(path).to_string_lossy().into_owned();
+            if !meta.is_file() {
+                return true;
+            }
+            bytes += meta.len();
+            if bytes > MAX_SESSION_FILES_BYTES {
+                failed = Some(std::io::Error::other("the session's files are past their cap of bytes"));
+                return false;
+            }
+            let relative = path.strip_prefix(&self.root).unwrap_or(path);
+            let Some(name) = relative.to_str().filter(|name| runbox_common::InputFile::check_path(name).is_ok()) else {
+                failed = Some(std::io::Error::other(format!(
+                    "the session's home holds a file named {:?}, which a checkpoint cannot carry (names are plain \
+                     UTF-8, at most 255 bytes, with no control characters); rename or delete it",
+                    relative.to_string_lossy()
+                )));
+                return false;
+            };
             let read = OpenOptions::new().read(true).custom_flags(libc_nofollow()).open(path).and_then(|mut file| {
                 let mut content = Vec::new();
                 file.read_to_end(&mut content).map(|_| content)
             });
             match read {
                 Ok(content) => files.push(SavedFile {
-                    path: relative,
+                    path: name.to_owned(),
                     content: base64::engine::general_purpose::STANDARD.encode(content),
                 }),
                 Err(e) => failed = Some(e),
             }
+            failed.is_none()
         })?;
         match failed {
             Some(e) => Err(e),
@@ -275,14 +297,7 @@ impl Home {
     /// Empties the home, then writes `files` into it, as a checkpoint
     /// saved them.
     pub fn restore(&self, files: &[SavedFile]) -> std::io::Result<()> {
-        for item in fs::read_dir(&self.root)? {
-            let item = item?;
-            if item.file_type()?.is_dir() {
-                fs::remove_dir_all(item.path())?;
-            } else {
-                fs::remove_file(item.path())?;
-            }
-        }
+        empty_tree(&self.root)?;
         for file in files {
             runbox_common::InputFile::check_path(&file.path).map_err(std::io::Error::other)?;
             let content = base64::engine::general_purpose::STANDARD
@@ -297,19 +312,93 @@ impl Home {
         Ok(())
     }
 
-    /// Calls `each` on every regular file under `dir`, not following links.
-    fn visit(&self, dir: &Path, each: &mut dyn FnMut(&Path, &fs::Metadata)) -> std::io::Result<()> {
-        for item in fs::read_dir(dir)? {
-            let item = item?;
-            let meta = fs::symlink_metadata(item.path())?;
-            if meta.is_dir() {
-                self.visit(&item.path(), each)?;
-            } else if meta.is_file() {
-                each(&item.path(), &meta);
+    /// Calls `each` on every entry under the home, directories before what
+    /// they hold, links not followed, until it answers false. Iterative: the
+    /// session's code can nest directories as deep as it likes, and a walk
+    /// that recursed would overflow the worker's stack. A path too long to
+    /// open is an error.
+    fn visit(&self, each: &mut dyn FnMut(&Path, &fs::Metadata) -> bool) -> std::io::Result<()> {
+        let mut dirs = vec![self.root.clone()];
+        while let Some(dir) = dirs.pop() {
+            for item in fs::read_dir(&dir)? {
+                let path = item?.path();
+                let meta = fs::symlink_metadata(&path)?;
+                if !each(&path, &meta) {
+                    return Ok(());
+                }
+                if meta.is_dir() {
+                    dirs.push(path);
+                }
             }
         }
         Ok(())
     }
+}
+
+/// Removes everything under `root`, keeping `root`, without recursion and
+/// without long paths: one directory open at a time, descended by name
+/// (never through a link) and left by `..`, so a tree of any depth the
+/// session's code made goes, and the worker's stack and descriptors with
+/// it stay bounded. Its process is to be stopped first.
+pub fn empty_tree(root: &Path) -> std::io::Result<()> {
+    use nix::dir::Dir;
+    use nix::fcntl::{AtFlags, OFlag, openat};
+    use nix::sys::stat::Mode;
+    use nix::unistd::{UnlinkatFlags, unlinkat};
+    use std::os::fd::{AsFd, OwnedFd};
+
+    let directory = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+    let open_at = |dir: &OwnedFd, name: &std::ffi::CStr| openat(dir.as_fd(), name, directory, Mode::empty());
+    let mut current: OwnedFd = nix::fcntl::open(root, directory, Mode::empty())?;
+    // The names of the directories descended into, from `root` down.
+    let mut names: Vec<std::ffi::CString> = Vec::new();
+    loop {
+        let mut next = None;
+        {
+            let mut listing = Dir::from_fd(current.try_clone()?)?;
+            for entry in listing.iter() {
+                let entry = entry?;
+                let name = entry.file_name();
+                if name == c"." || name == c".." {
+                    continue;
+                }
+                let is_dir = match entry.file_type() {
+                    Some(kind) => kind == nix::dir::Type::Directory,
+                    None => nix::sys::stat::fstatat(current.as_fd(), name, AtFlags::AT_SYMLINK_NOFOLLOW)
+                        .is_ok_and(|stat| stat.st_mode & libc_s_ifmt() == libc_s_ifdir()),
+                };
+                if is_dir {
+                    next = Some(name.to_owned());
+                    break;
+                }
+                unlinkat(current.as_fd(), name, UnlinkatFlags::NoRemoveDir)?;
+            }
+        }
+        match next {
+            Some(name) => {
+                let below = open_at(&current, &name)?;
+                names.push(name);
+                current = below;
+            }
+            // Empty: removed from its parent, unless it is the root.
+            None => match names.pop() {
+                Some(name) => {
+                    let parent = open_at(&current, c"..")?;
+                    unlinkat(parent.as_fd(), name.as_c_str(), UnlinkatFlags::RemoveDir)?;
+                    current = parent;
+                }
+                None => return Ok(()),
+            },
+        }
+    }
+}
+
+fn libc_s_ifmt() -> u32 {
+    nix::sys::stat::SFlag::S_IFMT.bits()
+}
+
+fn libc_s_ifdir() -> u32 {
+    nix::sys::stat::SFlag::S_IFDIR.bits()
 }
 
 /// The entry at `full`, named `name` in directory `dir` (relative to the
@@ -384,7 +473,50 @@ mod tests {
         assert_eq!(saved, vec![SavedFile { path: "c/d.txt".into(), content: "aGk=".into() }]);
         ok(put("later.txt", b"gone after restore"));
         home.restore(&saved).expect("restore");
-        assert_eq!(home.usage().expect("usage"), (2, 1));
+        // Two bytes, in two entries: `c` and `c/d.txt`.
+        assert_eq!(home.usage().expect("usage"), (2, 2));
+    }
+
+    #[test]
+    fn a_tree_of_any_depth_is_measured_and_emptied_without_recursion() {
+        let dir = tempfile::tempdir().expect("dir");
+        let home = Home { root: dir.path().to_owned(), uid: None };
+        // Deeper than a path may be long: built a level at a time, by
+        // descending into each directory made.
+        let start = std::env::current_dir().expect("cwd");
+        let mut fd = std::fs::File::open(dir.path()).expect("root");
+        for _ in 0..3000 {
+            nix::sys::stat::mkdirat(std::os::fd::AsFd::as_fd(&fd), c"d", nix::sys::stat::Mode::S_IRWXU).expect("mkdir");
+            let below = nix::fcntl::openat(
+                std::os::fd::AsFd::as_fd(&fd),
+                c"d",
+                nix::fcntl::OFlag::O_RDONLY | nix::fcntl::OFlag::O_DIRECTORY,
+                nix::sys::stat::Mode::empty(),
+            )
+            .expect("open");
+            fd = std::fs::File::from(below);
+        }
+        assert_eq!(std::env::current_dir().expect("cwd"), start);
+        // Past the count of entries, or too long a path to walk: either way,
+        // not within the cap.
+        assert!(home.usage().map_or(true, |(_, entries)| entries > MAX_SESSION_FILES));
+        empty_tree(dir.path()).expect("emptied");
+        assert_eq!(fs::read_dir(dir.path()).expect("root").count(), 0);
+    }
+
+    #[test]
+    fn directories_count_and_names_a_checkpoint_cannot_carry_refuse_it() {
+        let dir = tempfile::tempdir().expect("dir");
+        let home = Home { root: dir.path().to_owned(), uid: None };
+        for i in 0..=MAX_SESSION_FILES {
+            fs::create_dir(dir.path().join(format!("d{i}"))).expect("mkdir");
+        }
+        assert_eq!(home.usage().expect("usage").1, MAX_SESSION_FILES + 1);
+        assert!(home.save().is_err());
+        empty_tree(dir.path()).expect("emptied");
+        fs::write(dir.path().join("a\nb"), "x").expect("write");
+        let refused = home.save().expect_err("a name with a newline");
+        assert!(refused.to_string().contains("rename or delete it"), "{refused}");
     }
 
     #[test]

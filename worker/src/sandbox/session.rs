@@ -20,11 +20,11 @@ use std::time::Duration;
 
 use runbox_common::{
     FileAction, FileRefusal, FileResult, InputFile, JobSpec, Language, MAX_LISTING_ENTRIES, MAX_SESSION_FILE_BYTES,
-    MAX_SESSION_FILES, MAX_SESSION_FILES_BYTES, Outcome,
+    MAX_SESSION_FILES, MAX_SESSION_FILES_BYTES, Outcome, Status,
 };
 use tokio_util::sync::CancellationToken;
 
-use super::child::kill_group;
+use super::child::{kill_group, kill_group_of};
 use super::command::ChildMode;
 use super::home::{Home, SavedFile};
 use super::live::Live;
@@ -47,27 +47,66 @@ const FILE_TIMEOUT: Duration = Duration::from_secs(30);
 /// Stderr kept from opening or a failed checkpoint: enough for the reason.
 const MESSAGE_CAP: usize = 8 * 1024;
 
-/// How often a JavaScript exec's home is measured against its cap.
-const HOME_CHECK_EVERY: Duration = Duration::from_millis(50);
-
-/// Ends an exec (through `stop`) once the home at `root` passes the session's files
-/// cap, and says so in `over`. Each file is capped by `RLIMIT_FSIZE` too,
-/// so what the home can pass the cap by between two looks is bounded.
-async fn watch_home(root: std::path::PathBuf, stop: CancellationToken, over: Arc<AtomicBool>) {
-    loop {
-        tokio::time::sleep(HOME_CHECK_EVERY).await;
-        if over_home_cap(Home { root: root.clone(), uid: None }).await {
-            over.store(true, Ordering::SeqCst);
-            stop.cancel();
-            return;
-        }
+/// Why a file was refused, as the exec's stderr says it.
+fn refusal_text(refusal: FileRefusal) -> String {
+    match refusal {
+        FileRefusal::FilesFull => format!("the session's files would pass {MAX_SESSION_FILES_BYTES} bytes"),
+        FileRefusal::TooManyFiles => format!("the session would hold more than {MAX_SESSION_FILES} files"),
+        FileRefusal::NotAFile => "a directory is there".into(),
+        FileRefusal::NotADirectory => "a name on its path is a file".into(),
+        FileRefusal::Link => "its path goes through a link".into(),
+        other => format!("{other:?}"),
     }
 }
 
-/// Whether `home` holds more than the session's files cap.
-async fn over_home_cap(home: Home) -> bool {
-    let measured = tokio::task::spawn_blocking(move || home.usage()).await;
-    matches!(measured, Ok(Ok((bytes, count))) if bytes > MAX_SESSION_FILES_BYTES || count > MAX_SESSION_FILES)
+/// How often a JavaScript session's home is measured against its cap.
+const HOME_CHECK_EVERY: Duration = Duration::from_millis(50);
+
+/// The watch over a JavaScript session's home, for as long as its process
+/// lives: its code runs between execs too (timers, intervals).
+struct HomeWatch {
+    /// The home passed its cap, and the process was ended for it.
+    over: Arc<AtomicBool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl HomeWatch {
+    /// Ends the process (by its group, `pid`) once the home at `root` passes
+    /// the session's files cap. Each file is capped by `RLIMIT_FSIZE` too,
+    /// so what the home can pass the cap by between two looks is bounded.
+    fn start(root: std::path::PathBuf, pid: Option<u32>) -> HomeWatch {
+        let over = Arc::new(AtomicBool::new(false));
+        let task = tokio::spawn({
+            let over = over.clone();
+            async move {
+                loop {
+                    tokio::time::sleep(HOME_CHECK_EVERY).await;
+                    if over_home_cap(&root).await {
+                        over.store(true, Ordering::SeqCst);
+                        kill_group_of(pid);
+                        return;
+                    }
+                }
+            }
+        });
+        HomeWatch { over, task }
+    }
+}
+
+impl Drop for HomeWatch {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Whether the home at `root` is past the session's files cap, or cannot
+/// be measured (a tree too deep to walk), which counts as past it.
+async fn over_home_cap(root: &std::path::Path) -> bool {
+    let home = Home { root: root.to_owned(), uid: None };
+    match tokio::task::spawn_blocking(move || home.usage()).await {
+        Ok(Ok((bytes, entries))) => bytes > MAX_SESSION_FILES_BYTES || entries > MAX_SESSION_FILES,
+        _ => true,
+    }
 }
 
 /// The largest checkpoint a session child may send, before compression: its
@@ -154,6 +193,8 @@ pub struct SessionChild {
     memory_mb: u32,
     /// The uid its child runs as, which owns what is put in a JavaScript home.
     uid: Option<u32>,
+    /// A JavaScript session's watch over its home.
+    watch: Option<HomeWatch>,
 }
 
 /// The open frame: what the harness needs before the first exec.
@@ -229,7 +270,8 @@ impl BootedSession {
         let exchange = exchange(&mut inner, &frame, memory, &nonce, &bounds).await;
         match exchange.ending {
             Ending::Finished { status: 0, .. } => {
-                let child = SessionChild { inner, replay, memory_mb: self.memory_mb, uid: self.uid };
+                let watch = (inner.kind == Kind::Js).then(|| HomeWatch::start(inner.files_dir(), inner.child.id()));
+                let child = SessionChild { inner, replay, memory_mb: self.memory_mb, uid: self.uid, watch };
                 if let Restore::Replay(_, files) = restore {
                     // What the replayed programs wrote gives way to what the checkpoint saved.
                     let home = child.home();
@@ -285,7 +327,12 @@ impl SessionChild {
         let written;
         let spec = if self.inner.kind == Kind::Js && !spec.files.is_empty() {
             if let Err(why) = self.put_files(&spec.files).await {
-                return (Outcome::internal_error(format!("could not write the exec's files: {why}")), true);
+                // The exec's own failure (its files past the home's caps,
+                // say): its code does not run, and the session is untouched.
+                let stderr = format!("runbox: the exec's files were not written, so its code did not run: {why}\n");
+                let refused =
+                    Outcome { status: Status::Completed, exit_code: Some(1), stderr, ..Outcome::internal_error("") };
+                return (refused, true);
             }
             written = JobSpec { files: Vec::new(), ..spec.clone() };
             &written
@@ -305,25 +352,21 @@ impl SessionChild {
                 hard.cancel();
             }
         });
-        let over_cap = Arc::new(AtomicBool::new(false));
-        let watch_home = (self.inner.kind == Kind::Js)
-            .then(|| tokio::spawn(watch_home(self.inner.files_dir(), hard.clone(), over_cap.clone())));
         let (mut outcome, mut alive) = self.inner.run(spec, sandbox, &hard, live).await;
         escalate.abort();
-        if let Some(watch) = watch_home {
-            watch.abort();
-            // What the exec wrote since the last look counts too.
-            if alive && over_home_cap(self.home()).await {
-                over_cap.store(true, Ordering::SeqCst);
+        if let Some(watch) = &self.watch {
+            // What the exec wrote since the watcher's last look counts too.
+            if alive && over_home_cap(&self.inner.files_dir()).await {
+                watch.over.store(true, Ordering::SeqCst);
                 kill_group(&self.inner.child);
                 alive = false;
             }
-        }
-        if over_cap.load(Ordering::SeqCst) {
-            outcome.stderr.push_str(&format!(
-                "\nrunbox: the session's files passed {MAX_SESSION_FILES_BYTES} bytes or {MAX_SESSION_FILES} files; \
-                 the exec was stopped and the session's process ended\n"
-            ));
+            if watch.over.load(Ordering::SeqCst) {
+                outcome.stderr.push_str(&format!(
+                    "\nrunbox: the session's files passed {MAX_SESSION_FILES_BYTES} bytes or {MAX_SESSION_FILES} \
+                     entries; the session's process was ended\n"
+                ));
+            }
         }
         if alive && self.inner.kind == Kind::Js {
             let timeout_ms = u64::try_from(sandbox.limits.timeout_for(spec).as_millis()).unwrap_or(u64::MAX);
@@ -481,7 +524,9 @@ impl SessionChild {
             let done = tokio::task::spawn_blocking(move || home.file(&action)).await.map_err(|e| e.to_string())?;
             match done.map_err(|e| e.to_string())? {
                 FileResult::Written { .. } => {}
-                FileResult::Refused { refusal } => return Err(format!("{:?} was refused: {refusal:?}", file.path)),
+                FileResult::Refused { refusal } => {
+                    return Err(format!("{:?}: {}", file.path, refusal_text(refusal)));
+                }
                 other => return Err(format!("unexpected result {other:?}")),
             }
         }

@@ -381,6 +381,15 @@ impl Drop for SharedChild {
         if let Some(settling) = self.retiring.take() {
             settling.abort();
         }
+        // A JavaScript session's home is as deep as its code made it: it is
+        // emptied without recursion before the directory goes (`TempDir`
+        // removes by recursing), its process stopped first.
+        if self.kind == Kind::Js {
+            kill_group(&self.child);
+            if let Err(e) = super::home::empty_tree(&self.files_dir()) {
+                tracing::warn!(error = %e, "could not empty a JavaScript child's files directory");
+            }
+        }
     }
 }
 

@@ -13,9 +13,10 @@ use runbox_common::{Language, now_rfc3339, now_unix_ms};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
+use super::interpreter::new_context;
 use super::{
-    Context, ENVD_VERSION, Sandbox, api_error, end, new_sandbox_id, new_secret, owned, plain_error, save,
-    start_session, timeout_s,
+    ENVD_VERSION, Sandbox, api_error, end, new_sandbox_id, new_secret, owned, plain_error, save, start_session,
+    timeout_s, update,
 };
 use crate::auth::{Caller, bearer, identify};
 use crate::error::ApiError;
@@ -38,19 +39,20 @@ pub(super) fn router() -> Router<AppState> {
 }
 
 /// The caller named by `X-API-KEY` (or a bearer token).
-fn caller(state: &AppState, headers: &HeaderMap) -> Result<Caller, Response> {
+fn caller(state: &AppState, headers: &HeaderMap) -> Result<Caller, Box<Response>> {
     let key = headers.get("x-api-key").and_then(|v| v.to_str().ok()).or_else(|| bearer(headers));
-    identify(state, key)
-        .ok_or_else(|| plain_error(StatusCode::UNAUTHORIZED, "invalid API key: E2B_API_KEY must be a runbox token"))
+    identify(state, key).ok_or_else(|| {
+        Box::new(plain_error(StatusCode::UNAUTHORIZED, "invalid API key: E2B_API_KEY must be a runbox token"))
+    })
 }
 
 /// A JSON body, or `{}` when there is none.
-fn body<T: for<'de> Deserialize<'de> + Default>(bytes: &Bytes) -> Result<T, Response> {
+fn body<T: for<'de> Deserialize<'de> + Default>(bytes: &Bytes) -> Result<T, Box<Response>> {
     if bytes.iter().all(u8::is_ascii_whitespace) {
         return Ok(T::default());
     }
     serde_json::from_slice(bytes)
-        .map_err(|e| plain_error(StatusCode::BAD_REQUEST, &format!("the body is not the JSON expected: {e}")))
+        .map_err(|e| Box::new(plain_error(StatusCode::BAD_REQUEST, &format!("the body is not the JSON expected: {e}"))))
 }
 
 fn not_found(id: &str) -> Response {
@@ -71,11 +73,11 @@ struct CreateBody {
 async fn create(State(state): State<AppState>, headers: HeaderMap, bytes: Bytes) -> Response {
     let caller = match caller(&state, &headers) {
         Ok(caller) => caller,
-        Err(refused) => return refused,
+        Err(refused) => return *refused,
     };
     let request: CreateBody = match body(&bytes) {
         Ok(request) => request,
-        Err(refused) => return refused,
+        Err(refused) => return *refused,
     };
     let template = request.template_id.unwrap_or_else(|| TEMPLATES[0].to_owned());
     if !TEMPLATES.contains(&template.as_str()) {
@@ -105,21 +107,22 @@ async fn create(State(state): State<AppState>, headers: HeaderMap, bytes: Bytes)
         end_at_ms: now_unix_ms() + timeout * 1000,
         paused: false,
         contexts: Vec::new(),
+        version: 0,
     };
-    let session = match start_session(&state, &caller, &sandbox, Language::Python, None).await {
-        Ok(session) => session,
+    match new_context(&state, &caller, &sandbox, Language::Python, true).await {
+        Ok(home) => sandbox.contexts.push(home),
         Err(e) => return api_error(e),
-    };
-    sandbox.contexts.push(Context {
-        id: uuid::Uuid::new_v4().to_string(),
-        language: Language::Python,
-        default: true,
-        session: Some(session),
-        checkpoint: None,
-    });
-    if let Err(e) = save(&state, &sandbox).await {
-        let _ = end(&state, &sandbox).await;
-        return api_error(e);
+    }
+    match save(&state, &sandbox).await {
+        Ok(true) => {}
+        Ok(false) => {
+            let _ = end(&state, &sandbox).await;
+            return plain_error(StatusCode::CONFLICT, "a sandbox with this id exists already; try again");
+        }
+        Err(e) => {
+            let _ = end(&state, &sandbox).await;
+            return api_error(e);
+        }
     }
     tracing::info!(sandbox = %sandbox.id, "e2b sandbox created");
     (StatusCode::CREATED, Json(created_view(&sandbox))).into_response()
@@ -166,19 +169,18 @@ struct ListQuery {
 async fn list(State(state): State<AppState>, headers: HeaderMap, Query(query): Query<ListQuery>) -> Response {
     let caller = match caller(&state, &headers) {
         Ok(caller) => caller,
-        Err(refused) => return refused,
+        Err(refused) => return *refused,
     };
-    let records = match state.queue.owner_e2b_sandboxes(&caller.0).await {
-        Ok(records) => records,
+    let ids = match state.queue.owner_e2b_sandboxes(&caller.0).await {
+        Ok(ids) => ids,
         Err(e) => return api_error(e.into()),
     };
     let states: Vec<&str> = query.state.as_deref().map_or(vec!["running", "paused"], |s| s.split(',').collect());
-    let wanted: Vec<(String, String)> = query.metadata.as_deref().map(|m| form_urlencoded_pairs(m)).unwrap_or_default();
+    let wanted: Vec<(String, String)> = query.metadata.as_deref().map(form_urlencoded_pairs).unwrap_or_default();
     let mut shown = Vec::new();
-    for record in records {
-        let Ok(sandbox) = serde_json::from_str::<Sandbox>(&record) else { continue };
-        // Read again through `load`, which ends one past its time.
-        let Ok(Some(sandbox)) = super::load(&state, &sandbox.id).await else { continue };
+    for id in ids {
+        // `load` ends one past its time.
+        let Ok(Some(sandbox)) = super::load(&state, &id).await else { continue };
         let view = listed_view(&sandbox);
         let matches = wanted.iter().all(|(k, v)| sandbox.metadata.get(k) == Some(v));
         if matches && states.contains(&view["state"].as_str().unwrap_or("")) {
@@ -199,7 +201,7 @@ fn form_urlencoded_pairs(text: &str) -> Vec<(String, String)> {
 async fn info(State(state): State<AppState>, headers: HeaderMap, Path(id): Path<String>) -> Response {
     let caller = match caller(&state, &headers) {
         Ok(caller) => caller,
-        Err(refused) => return refused,
+        Err(refused) => return *refused,
     };
     match owned(&state, &caller, &id).await {
         Ok(Some(sandbox)) => Json(listed_view(&sandbox)).into_response(),
@@ -212,7 +214,7 @@ async fn info(State(state): State<AppState>, headers: HeaderMap, Path(id): Path<
 async fn kill(State(state): State<AppState>, headers: HeaderMap, Path(id): Path<String>) -> Response {
     let caller = match caller(&state, &headers) {
         Ok(caller) => caller,
-        Err(refused) => return refused,
+        Err(refused) => return *refused,
     };
     match owned(&state, &caller, &id).await {
         Ok(Some(sandbox)) => match end(&state, &sandbox).await {
@@ -239,11 +241,11 @@ async fn set_timeout(
 ) -> Response {
     let caller = match caller(&state, &headers) {
         Ok(caller) => caller,
-        Err(refused) => return refused,
+        Err(refused) => return *refused,
     };
     let request: TimeoutBody = match body(&bytes) {
         Ok(request) => request,
-        Err(refused) => return refused,
+        Err(refused) => return *refused,
     };
     let Some(asked) = request.timeout else {
         return plain_error(StatusCode::BAD_REQUEST, "timeout (seconds) is required");
@@ -252,14 +254,14 @@ async fn set_timeout(
         Ok(timeout) => timeout,
         Err(e) => return api_error(e),
     };
-    let mut sandbox = match owned(&state, &caller, &id).await {
-        Ok(Some(sandbox)) => sandbox,
-        Ok(None) => return not_found(&id),
-        Err(e) => return api_error(e),
-    };
-    sandbox.end_at_ms = now_unix_ms() + timeout * 1000;
-    match save(&state, &sandbox).await {
-        Ok(()) => StatusCode::NO_CONTENT.into_response(),
+    let end_at_ms = now_unix_ms() + timeout * 1000;
+    match update(&state, &caller, &id, |sandbox| {
+        ((), std::mem::replace(&mut sandbox.end_at_ms, end_at_ms) != end_at_ms)
+    })
+    .await
+    {
+        Ok(Some(_)) => StatusCode::NO_CONTENT.into_response(),
+        Ok(None) => not_found(&id),
         Err(e) => api_error(e),
     }
 }
@@ -269,44 +271,59 @@ async fn set_timeout(
 async fn pause(State(state): State<AppState>, headers: HeaderMap, Path(id): Path<String>) -> Response {
     let caller = match caller(&state, &headers) {
         Ok(caller) => caller,
-        Err(refused) => return refused,
+        Err(refused) => return *refused,
     };
-    let mut sandbox = match owned(&state, &caller, &id).await {
+    let sandbox = match owned(&state, &caller, &id).await {
         Ok(Some(sandbox)) => sandbox,
         Ok(None) => return not_found(&id),
         Err(e) => return api_error(e),
     };
     if sandbox.paused {
-        return plain_error(StatusCode::CONFLICT, &format!("sandbox {id} is already paused"));
+        return already_paused(&id);
     }
     // Every checkpoint first: a sandbox that cannot be saved whole keeps running.
-    let mut saved = Vec::with_capacity(sandbox.contexts.len());
-    for context in &sandbox.contexts {
-        let checkpoint = match &context.session {
-            Some(session) => match sessions::take_checkpoint(&state, &caller, session).await {
-                Ok(info) => Some(info.id),
-                Err(e) => return api_error(e),
-            },
-            None => None,
+    let mut saved = std::collections::HashMap::new();
+    for session in sandbox.contexts.iter().filter_map(|c| c.session.clone()) {
+        match sessions::take_checkpoint(&state, &caller, &session).await {
+            Ok(info) => saved.insert(session, info.id),
+            Err(e) => return api_error(e),
         };
-        saved.push(checkpoint);
     }
-    for (context, checkpoint) in sandbox.contexts.iter_mut().zip(saved) {
-        if let Some(session) = context.session.take()
-            && let Err(e) = sessions::destroy_session(&state, &caller, &session).await
-        {
-            tracing::debug!(%session, error = %e, "ending a paused sandbox's session");
+    // Then, on the record as it is now, each context keeps its checkpoint
+    // and lets its session go; one made meanwhile starts afresh when used.
+    let paused = update(&state, &caller, &id, |sandbox| {
+        if sandbox.paused {
+            return (None, false);
         }
-        context.checkpoint = checkpoint;
-    }
-    sandbox.paused = true;
-    match save(&state, &sandbox).await {
-        Ok(()) => {
+        let mut ended = Vec::new();
+        for context in &mut sandbox.contexts {
+            if let Some(session) = context.session.take() {
+                context.checkpoint = saved.get(&session).cloned();
+                ended.push(session);
+            }
+        }
+        sandbox.paused = true;
+        (Some(ended), true)
+    });
+    match paused.await {
+        Ok(Some((_, Some(ended)))) => {
+            for session in ended {
+                if let Err(e) = sessions::destroy_session(&state, &caller, &session).await {
+                    tracing::debug!(%session, error = %e, "ending a paused sandbox's session");
+                }
+            }
             tracing::info!(sandbox = %id, "e2b sandbox paused");
             StatusCode::NO_CONTENT.into_response()
         }
+        // Another request paused it first.
+        Ok(Some((_, None))) => already_paused(&id),
+        Ok(None) => not_found(&id),
         Err(e) => api_error(e),
     }
+}
+
+fn already_paused(id: &str) -> Response {
+    plain_error(StatusCode::CONFLICT, &format!("sandbox {id} is already paused"))
 }
 
 /// `POST /v2/sandboxes/{id}/connect`: the sandbox, resumed if paused; a
@@ -323,13 +340,13 @@ async fn resume(State(state): State<AppState>, headers: HeaderMap, Path(id): Pat
 async fn wake(state: AppState, headers: HeaderMap, id: String, bytes: Bytes, paused_only: bool) -> Response {
     let caller = match caller(&state, &headers) {
         Ok(caller) => caller,
-        Err(refused) => return refused,
+        Err(refused) => return *refused,
     };
     let request: TimeoutBody = match body(&bytes) {
         Ok(request) => request,
-        Err(refused) => return refused,
+        Err(refused) => return *refused,
     };
-    let mut sandbox = match owned(&state, &caller, &id).await {
+    let sandbox = match owned(&state, &caller, &id).await {
         Ok(Some(sandbox)) => sandbox,
         Ok(None) => return not_found(&id),
         Err(e) => return api_error(e),
@@ -337,50 +354,73 @@ async fn wake(state: AppState, headers: HeaderMap, id: String, bytes: Bytes, pau
     if paused_only && !sandbox.paused {
         return plain_error(StatusCode::CONFLICT, &format!("sandbox {id} is not paused"));
     }
-    if request.timeout.is_some() || sandbox.paused {
-        let timeout = match timeout_s(request.timeout, &state) {
-            Ok(timeout) => timeout,
+    let asked = match (request.timeout, sandbox.paused) {
+        (None, false) => None,
+        (timeout, _) => match timeout_s(timeout, &state) {
+            Ok(timeout) => Some(now_unix_ms() + timeout * 1000),
             Err(e) => return api_error(e),
-        };
-        let asked = now_unix_ms() + timeout * 1000;
-        sandbox.end_at_ms = if sandbox.paused { asked } else { sandbox.end_at_ms.max(asked) };
-    }
-    let status = if sandbox.paused {
-        if let Err(e) = restart(&state, &caller, &mut sandbox).await {
-            return api_error(e);
-        }
-        StatusCode::CREATED
-    } else {
-        StatusCode::OK
+        },
     };
-    match save(&state, &sandbox).await {
-        Ok(()) => (status, Json(created_view(&sandbox))).into_response(),
+    // A paused sandbox's sessions start again from their checkpoints, then
+    // go on the record, unless another request resumed it meanwhile.
+    let started = if sandbox.paused {
+        match restart(&state, &caller, &sandbox).await {
+            Ok(started) => started,
+            Err(e) => return api_error(e),
+        }
+    } else {
+        Vec::new()
+    };
+    let woke = update(&state, &caller, &id, |now| {
+        let resumed = now.paused && sandbox.paused;
+        if resumed {
+            for context in &mut now.contexts {
+                context.session = started.iter().find(|(id, _)| *id == context.id).map(|(_, s)| s.clone());
+                context.checkpoint = None;
+            }
+            now.paused = false;
+        }
+        let later = asked.filter(|&asked| resumed || asked > now.end_at_ms);
+        if let Some(end_at_ms) = later {
+            now.end_at_ms = end_at_ms;
+        }
+        (resumed, resumed || later.is_some())
+    });
+    let woke = woke.await;
+    // Sessions started for a resume that did not happen (another request
+    // resumed it first, or it went) are ended.
+    if !matches!(woke, Ok(Some((_, true)))) {
+        for (_, session) in &started {
+            let _ = sessions::destroy_session(&state, &caller, session).await;
+        }
+    }
+    match woke {
+        Ok(Some((sandbox, resumed))) => {
+            let status = if resumed { StatusCode::CREATED } else { StatusCode::OK };
+            (status, Json(created_view(&sandbox))).into_response()
+        }
+        Ok(None) => not_found(&id),
         Err(e) => api_error(e),
     }
 }
 
-/// Starts every context of a paused sandbox again from its checkpoint.
-async fn restart(state: &AppState, caller: &Caller, sandbox: &mut Sandbox) -> Result<(), ApiError> {
-    for i in 0..sandbox.contexts.len() {
-        let Some(checkpoint) = sandbox.contexts[i].checkpoint.clone() else { continue };
-        let language = sandbox.contexts[i].language;
-        match start_session(state, caller, sandbox, language, Some(checkpoint)).await {
-            Ok(session) => sandbox.contexts[i].session = Some(session),
+/// Starts a session for every context of paused `sandbox` from its
+/// checkpoint: (context id, session id). All or none: on a failure, what
+/// started is ended again, and the sandbox stays paused, whole.
+async fn restart(state: &AppState, caller: &Caller, sandbox: &Sandbox) -> Result<Vec<(String, String)>, ApiError> {
+    let mut started = Vec::new();
+    for context in &sandbox.contexts {
+        let Some(checkpoint) = context.checkpoint.clone() else { continue };
+        match start_session(state, caller, sandbox, context.language, Some(checkpoint)).await {
+            Ok(session) => started.push((context.id.clone(), session)),
             Err(e) => {
-                // What started is ended again: the sandbox stays paused, whole.
-                for context in &mut sandbox.contexts {
-                    if let Some(session) = context.session.take() {
-                        let _ = sessions::destroy_session(state, caller, &session).await;
-                    }
+                for (_, session) in started {
+                    let _ = sessions::destroy_session(state, caller, &session).await;
                 }
                 return Err(e);
             }
         }
     }
-    for context in &mut sandbox.contexts {
-        context.checkpoint = None;
-    }
-    sandbox.paused = false;
     tracing::info!(sandbox = %sandbox.id, "e2b sandbox resumed");
-    Ok(())
+    Ok(started)
 }

@@ -23,6 +23,9 @@ use crate::state::AppState;
 /// Deepest `ListDir` walk.
 const MAX_DEPTH: u32 = 8;
 
+/// Most directories one `ListDir` lists: each is a session step.
+const MAX_LISTED_DIRS: usize = 64;
+
 pub(super) fn router() -> Router<AppState> {
     Router::new()
         .route("/health", get(health))
@@ -332,7 +335,8 @@ async fn stat_or_bare(state: &AppState, caller: &Caller, session: &str, path: St
     }
 }
 
-/// The entries under `dir`, `depth` levels down, at most the listing cap.
+/// The entries under `dir`, `depth` levels down: at most the listing cap,
+/// from at most [`MAX_LISTED_DIRS`] listings, level by level.
 async fn list(
     state: &AppState,
     caller: &Caller,
@@ -342,9 +346,14 @@ async fn list(
 ) -> Result<Vec<Value>, ApiError> {
     let mut shown = Vec::new();
     let mut level = vec![dir];
+    let mut listed = 0;
     for _ in 0..depth {
         let mut below = Vec::new();
         for dir in level {
+            if shown.len() >= MAX_LISTING_ENTRIES || listed == MAX_LISTED_DIRS {
+                return Ok(shown);
+            }
+            listed += 1;
             let entries = match file_step(state, caller, session, FileAction::List { path: dir }).await? {
                 FileResult::Listing { entries, .. } => entries,
                 other => return Err(unexpected(other)),

@@ -27,7 +27,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
-use super::{Context, HOME, Sandbox, api_error, data_caller, plain_error, save, start_session};
+use super::{Context, HOME, Sandbox, api_error, data_caller, plain_error, start_session, update};
 use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::events::{Update, updates};
@@ -35,7 +35,7 @@ use crate::requests::ExecRequest;
 use crate::sessions;
 use crate::state::AppState;
 
-/// Runs one `run_code` in a Python context; see the file.
+/// Defines the helper each `run_code` in a Python context calls.
 const EXECUTE_PY: &str = include_str!("execute.py");
 
 /// Defines the helper each `run_code` in a JavaScript context calls.
@@ -68,11 +68,11 @@ struct ExecuteBody {
 }
 
 /// The language a `language` field names, as E2B's server reads it.
-fn language_of(name: Option<&str>) -> Result<Language, Response> {
+fn language_of(name: Option<&str>) -> Result<Language, Box<Response>> {
     match name.map(str::to_ascii_lowercase).as_deref() {
         None | Some("python" | "python3" | "py") => Ok(Language::Python),
         Some("js" | "javascript" | "node" | "nodejs" | "deno") => Ok(Language::Javascript),
-        Some(other) => Err(plain_error(
+        Some(other) => Err(Box::new(plain_error(
             StatusCode::BAD_REQUEST,
             &format!(
                 "runbox runs code in Python and JavaScript contexts only, not {other:?}{}",
@@ -82,13 +82,13 @@ fn language_of(name: Option<&str>) -> Result<Language, Response> {
                     ""
                 }
             ),
-        )),
+        ))),
     }
 }
 
 /// `POST /execute`.
 async fn execute(State(state): State<AppState>, headers: HeaderMap, bytes: Bytes) -> Response {
-    let (caller, mut sandbox) = match data_caller(&state, &headers).await {
+    let (caller, sandbox) = match data_caller(&state, &headers).await {
         Ok(found) => found,
         Err(refused) => return refused.into_plain(),
     };
@@ -107,9 +107,9 @@ async fn execute(State(state): State<AppState>, headers: HeaderMap, bytes: Bytes
         (None, language) => {
             let language = match language_of(language.as_deref()) {
                 Ok(language) => language,
-                Err(refused) => return refused,
+                Err(refused) => return *refused,
             };
-            match default_context(&state, &caller, &mut sandbox, language).await {
+            match default_context(&state, &caller, &sandbox, language).await {
                 Ok(context) => context,
                 Err(e) => return api_error(e),
             }
@@ -127,7 +127,7 @@ async fn execute(State(state): State<AppState>, headers: HeaderMap, bytes: Bytes
     let marker = format!("\u{1}runbox-e2b-{}:", uuid::Uuid::new_v4().simple());
     let exec = match context.language {
         Language::Python => ExecRequest {
-            code: Some(EXECUTE_PY.to_owned()),
+            code: Some("await __runbox_e2b()".to_owned()),
             stdin: Some(json!({ "source": request.code, "cell": cell, "marker": marker, "env": env }).to_string()),
             ..ExecRequest::default()
         },
@@ -181,25 +181,48 @@ async fn send_when_free(
     }
 }
 
-/// The default context of `language`, made (and saved) if it has none yet.
+/// The default context of `language`, made (and put on the record) if it
+/// has none yet. Of two requests that make one at once, the first on the
+/// record wins, and the other's session is ended.
 async fn default_context(
     state: &AppState,
     caller: &Caller,
-    sandbox: &mut Sandbox,
+    sandbox: &Sandbox,
     language: Language,
 ) -> Result<Context, ApiError> {
-    if let Some(context) = sandbox.contexts.iter().find(|c| c.default && c.language == language) {
-        return Ok(context.clone());
+    let default = |sandbox: &Sandbox| sandbox.contexts.iter().find(|c| c.default && c.language == language).cloned();
+    if let Some(context) = default(sandbox) {
+        return Ok(context);
     }
-    let context = new_context(state, caller, sandbox, language, true).await?;
-    sandbox.contexts.push(context.clone());
-    save(state, sandbox).await?;
-    Ok(context)
+    let made = new_context(state, caller, sandbox, language, true).await?;
+    let added = update(state, caller, &sandbox.id, |now| match default(now) {
+        Some(first) => (first, false),
+        None => {
+            now.contexts.push(made.clone());
+            (made.clone(), true)
+        }
+    });
+    match added.await {
+        Ok(Some((_, context))) if context.id == made.id => Ok(context),
+        kept => {
+            end_session_of(state, caller, &made).await;
+            Ok(kept?.ok_or_else(|| ApiError::SessionUnavailable("the sandbox ended meanwhile".into()))?.1)
+        }
+    }
 }
 
-/// A new context of `language`: its session started, and in JavaScript
-/// the helper each `run_code` calls defined.
-async fn new_context(
+/// Ends `context`'s session, which nothing refers to any more.
+async fn end_session_of(state: &AppState, caller: &Caller, context: &Context) {
+    if let Some(session) = &context.session
+        && let Err(e) = sessions::destroy_session(state, caller, session).await
+    {
+        tracing::debug!(%session, error = %e, "ending a context's session");
+    }
+}
+
+/// A new context of `language`: its session started, and the helper each
+/// `run_code` calls defined in it.
+pub(super) async fn new_context(
     state: &AppState,
     caller: &Caller,
     sandbox: &Sandbox,
@@ -207,14 +230,18 @@ async fn new_context(
     default: bool,
 ) -> Result<Context, ApiError> {
     let session = start_session(state, caller, sandbox, language, None).await?;
-    if language == Language::Javascript {
-        let setup = ExecRequest { code: Some(EXECUTE_JS.to_owned()), ..ExecRequest::default() };
-        let failed = |why: String| ApiError::SessionUnavailable(format!("the JavaScript context did not start: {why}"));
-        match sessions::exec_record(state, caller, &session, setup).await?.and_then(|r| r.outcome) {
-            Some(outcome) if outcome.exit_code == Some(0) => {}
-            Some(outcome) => return Err(failed(outcome.stderr)),
-            None => return Err(failed("it took too long".into())),
-        }
+    let helper = if language == Language::Python { EXECUTE_PY } else { EXECUTE_JS };
+    let setup = ExecRequest { code: Some(helper.to_owned()), ..ExecRequest::default() };
+    let failed = |why: String| ApiError::SessionUnavailable(format!("the {language} context did not start: {why}"));
+    let set_up = match sessions::exec_record(state, caller, &session, setup).await {
+        Ok(Some(JobRecord { outcome: Some(outcome), .. })) if outcome.exit_code == Some(0) => Ok(()),
+        Ok(Some(JobRecord { outcome: Some(outcome), .. })) => Err(failed(outcome.stderr)),
+        Ok(_) => Err(failed("it took too long".into())),
+        Err(e) => Err(e),
+    };
+    if let Err(e) = set_up {
+        let _ = sessions::destroy_session(state, caller, &session).await;
+        return Err(e);
     }
     Ok(Context { id: uuid::Uuid::new_v4().to_string(), language, default, session: Some(session), checkpoint: None })
 }
@@ -409,7 +436,7 @@ fn context_view(context: &Context) -> Value {
 
 /// `POST /contexts`: a new context, whose state is its own.
 async fn create_context(State(state): State<AppState>, headers: HeaderMap, bytes: Bytes) -> Response {
-    let (caller, mut sandbox) = match data_caller(&state, &headers).await {
+    let (caller, sandbox) = match data_caller(&state, &headers).await {
         Ok(found) => found,
         Err(refused) => return refused.into_plain(),
     };
@@ -426,16 +453,25 @@ async fn create_context(State(state): State<AppState>, headers: HeaderMap, bytes
     }
     let language = match language_of(request.language.as_deref()) {
         Ok(language) => language,
-        Err(refused) => return refused,
+        Err(refused) => return *refused,
     };
     let context = match new_context(&state, &caller, &sandbox, language, false).await {
         Ok(context) => context,
         Err(e) => return api_error(e),
     };
-    sandbox.contexts.push(context.clone());
-    match save(&state, &sandbox).await {
-        Ok(()) => Json(context_view(&context)).into_response(),
-        Err(e) => api_error(e),
+    let added = update(&state, &caller, &sandbox.id, |now| {
+        now.contexts.push(context.clone());
+        ((), true)
+    });
+    match added.await {
+        Ok(Some(_)) => Json(context_view(&context)).into_response(),
+        gone => {
+            end_session_of(&state, &caller, &context).await;
+            match gone {
+                Err(e) => api_error(e),
+                _ => plain_error(StatusCode::BAD_GATEWAY, "the sandbox ended meanwhile"),
+            }
+        }
     }
 }
 
@@ -450,25 +486,24 @@ async fn list_contexts(State(state): State<AppState>, headers: HeaderMap) -> Res
 /// `DELETE /contexts/{id}`: its session ended. The default Python
 /// context holds the sandbox's files and stays.
 async fn remove_context(State(state): State<AppState>, headers: HeaderMap, Path(id): Path<String>) -> Response {
-    let (caller, mut sandbox) = match data_caller(&state, &headers).await {
+    let (caller, sandbox) = match data_caller(&state, &headers).await {
         Ok(found) => found,
         Err(refused) => return refused.into_plain(),
-    };
-    let Some(at) = sandbox.contexts.iter().position(|c| c.id == id) else {
-        return plain_error(StatusCode::NOT_FOUND, &format!("context {id} not found"));
     };
     if sandbox.home_context().is_some_and(|home| home.id == id) {
         let message = "the default Python context holds the sandbox's files and cannot be removed; restart it instead";
         return plain_error(StatusCode::BAD_REQUEST, message);
     }
-    let context = sandbox.contexts.remove(at);
-    if let Some(session) = &context.session
-        && let Err(e) = sessions::destroy_session(&state, &caller, session).await
-    {
-        tracing::debug!(%session, error = %e, "ending a removed context's session");
-    }
-    match save(&state, &sandbox).await {
-        Ok(()) => StatusCode::NO_CONTENT.into_response(),
+    let removed = update(&state, &caller, &sandbox.id, |now| match now.contexts.iter().position(|c| c.id == id) {
+        Some(at) => (Some(now.contexts.remove(at)), true),
+        None => (None, false),
+    });
+    match removed.await {
+        Ok(Some((_, Some(context)))) => {
+            end_session_of(&state, &caller, &context).await;
+            StatusCode::NO_CONTENT.into_response()
+        }
+        Ok(_) => plain_error(StatusCode::NOT_FOUND, &format!("context {id} not found")),
         Err(e) => api_error(e),
     }
 }
@@ -476,14 +511,13 @@ async fn remove_context(State(state): State<AppState>, headers: HeaderMap, Path(
 /// `POST /contexts/{id}/restart`: the context's state starts afresh. The
 /// default Python context keeps its files: its names are cleared instead.
 async fn restart_context(State(state): State<AppState>, headers: HeaderMap, Path(id): Path<String>) -> Response {
-    let (caller, mut sandbox) = match data_caller(&state, &headers).await {
+    let (caller, sandbox) = match data_caller(&state, &headers).await {
         Ok(found) => found,
         Err(refused) => return refused.into_plain(),
     };
-    let Some(at) = sandbox.contexts.iter().position(|c| c.id == id) else {
+    let Some(context) = sandbox.contexts.iter().find(|c| c.id == id).cloned() else {
         return plain_error(StatusCode::NOT_FOUND, &format!("context {id} not found"));
     };
-    let context = sandbox.contexts[at].clone();
     let session = context.session.clone().unwrap_or_default();
     if sandbox.home_context().is_some_and(|home| home.id == id) {
         let code = "import sys\nmain = sys.modules['__main__'].__dict__\nfor name in [n for n in main if not \
@@ -498,13 +532,22 @@ async fn restart_context(State(state): State<AppState>, headers: HeaderMap, Path
         Ok(fresh) => fresh,
         Err(e) => return api_error(e),
     };
-    if let Err(e) = sessions::destroy_session(&state, &caller, &session).await {
-        tracing::debug!(%session, error = %e, "ending a restarted context's session");
-    }
-    sandbox.contexts[at].session = fresh.session;
-    match save(&state, &sandbox).await {
-        Ok(()) => StatusCode::NO_CONTENT.into_response(),
-        Err(e) => api_error(e),
+    let replaced = update(&state, &caller, &sandbox.id, |now| match now.contexts.iter_mut().find(|c| c.id == id) {
+        Some(now) => (Some(std::mem::replace(&mut now.session, fresh.session.clone())), true),
+        None => (None, false),
+    });
+    match replaced.await {
+        Ok(Some((_, Some(old)))) => {
+            end_session_of(&state, &caller, &Context { session: old, ..context }).await;
+            StatusCode::NO_CONTENT.into_response()
+        }
+        other => {
+            end_session_of(&state, &caller, &fresh).await;
+            match other {
+                Err(e) => api_error(e),
+                _ => plain_error(StatusCode::NOT_FOUND, &format!("context {id} not found")),
+            }
+        }
     }
 }
 

@@ -7,9 +7,9 @@
 //! A sandbox is a few runbox sessions under one id: one per code context,
 //! each in its language, made when first used. The default Python context's
 //! session holds the sandbox's files (its home is E2B's `/home/user`).
-//! Its record ([`Sandbox`]) lives in Redis beside the sessions, written when
-//! a context is made or removed, a timeout set, or the sandbox paused or
-//! resumed; the last such write wins. A pause
+//! Its record ([`Sandbox`]) lives in Redis beside the sessions, changed
+//! when a context is made or removed, a timeout set, or the sandbox paused
+//! or resumed, each change on the record as it is ([`update`]). A pause
 //! checkpoints every context's session and ends it, freeing its process;
 //! a connect starts them again from those checkpoints.
 //!
@@ -62,6 +62,10 @@ const DEFAULT_TIMEOUT_S: u64 = 300;
 /// long as `RUNBOX_CHECKPOINT_TTL_S`, and a resume past that finds none.
 const PAUSED_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
 
+/// How many times [`update`] reads a sandbox again after another write
+/// came between its read and its write.
+const UPDATE_TRIES: usize = 20;
+
 /// The envd version runbox answers as: past 0.4.0 the SDKs send no Basic
 /// auth of a Linux user, and past 0.5.7 they may upload raw bytes.
 const ENVD_VERSION: &str = "0.5.7";
@@ -95,6 +99,9 @@ pub(crate) struct Sandbox {
     pub end_at_ms: u64,
     pub paused: bool,
     pub contexts: Vec<Context>,
+    /// The version of the record this was read from (see [`save`]).
+    #[serde(skip)]
+    pub version: u64,
 }
 
 /// One code context: a session in its language, or, while the sandbox is
@@ -137,11 +144,12 @@ fn new_sandbox_id() -> String {
 /// Sandbox `id`, if it exists and has not run out of time; one that has
 /// is ended on the way.
 async fn load(state: &AppState, id: &str) -> Result<Option<Sandbox>, ApiError> {
-    let Some(json) = state.queue.e2b_sandbox(id).await? else { return Ok(None) };
-    let Ok(sandbox) = serde_json::from_str::<Sandbox>(&json) else {
+    let Some(stored) = state.queue.e2b_sandbox(id).await? else { return Ok(None) };
+    let Ok(mut sandbox) = serde_json::from_str::<Sandbox>(&stored.json) else {
         tracing::error!(sandbox = %id, "an E2B sandbox record does not parse");
         return Ok(None);
     };
+    sandbox.version = stored.version;
     if !sandbox.paused && sandbox.end_at_ms <= now_unix_ms() {
         end(state, &sandbox).await?;
         return Ok(None);
@@ -154,15 +162,36 @@ async fn owned(state: &AppState, caller: &Caller, id: &str) -> Result<Option<San
     Ok(load(state, id).await?.filter(|s| s.owner == caller.0))
 }
 
-async fn save(state: &AppState, sandbox: &Sandbox) -> Result<(), ApiError> {
+/// Writes `sandbox` if its record is still the version it was read at (a
+/// new one, if there is none). False when another write came first.
+async fn save(state: &AppState, sandbox: &Sandbox) -> Result<bool, ApiError> {
     let json = serde_json::to_string(sandbox).unwrap_or_default();
     let ttl = if sandbox.paused {
         PAUSED_TTL
     } else {
         Duration::from_millis(sandbox.end_at_ms.saturating_sub(now_unix_ms())) + Duration::from_secs(60)
     };
-    state.queue.put_e2b_sandbox(&sandbox.id, &sandbox.owner, &json, ttl).await?;
-    Ok(())
+    Ok(state.queue.put_e2b_sandbox(&sandbox.id, &sandbox.owner, &json, sandbox.version, ttl).await?)
+}
+
+/// Changes sandbox `id` of `caller` with `change`, on the record as it is
+/// now: read, changed and written again until no other write came between.
+/// `change` answers what the caller needs, and whether to write at all.
+/// None when there is no such sandbox (or it is another token's).
+async fn update<T>(
+    state: &AppState,
+    caller: &Caller,
+    id: &str,
+    mut change: impl FnMut(&mut Sandbox) -> (T, bool),
+) -> Result<Option<(Sandbox, T)>, ApiError> {
+    for _ in 0..UPDATE_TRIES {
+        let Some(mut sandbox) = owned(state, caller, id).await? else { return Ok(None) };
+        let (answer, write) = change(&mut sandbox);
+        if !write || save(state, &sandbox).await? {
+            return Ok(Some((sandbox, answer)));
+        }
+    }
+    Err(ApiError::SessionBusy(format!("sandbox {id} is being changed by other requests; try again")))
 }
 
 /// Ends every session of `sandbox` and forgets it. True if it was there.
