@@ -250,6 +250,20 @@ def test_a_new_context_has_its_own_state(sandbox):
     assert sandbox.run_code("secret").text == "default context"
 
 
+def test_contexts_made_at_once_are_all_kept(sandbox):
+    # Each context is a session: two at once, beside the sandbox's own,
+    # stay within a token's share of the stack's session places.
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(2) as pool:
+        made = list(pool.map(lambda _: sandbox.create_code_context(), range(2)))
+    listed = {context.id for context in sandbox.list_code_contexts()}
+    assert {context.id for context in made} <= listed
+    for context in made:
+        sandbox.remove_code_context(context)
+    assert {context.id for context in sandbox.list_code_contexts()}.isdisjoint(c.id for c in made)
+
+
 def test_a_client_timeout_stops_the_run_and_the_next_run_works(sandbox):
     sandbox.run_code("before = 'the timeout'")
     with pytest.raises(TimeoutException):

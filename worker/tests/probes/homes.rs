@@ -121,3 +121,48 @@ async fn a_cancelled_python_exec_is_interrupted_and_its_session_lives_on() {
     assert!(alive);
     assert_ran(&outcome, 0, "42\n");
 }
+
+/// A review's findings: a tree deeper than the worker's stack would walk,
+/// thousands of directories (no bytes), and files written by an interval
+/// after the exec that set it ended. Each ends the session's process; the
+/// worker (this test's process) lives on.
+#[tokio::test]
+async fn deep_trees_directories_and_writes_between_execs_are_held_to_the_cap() {
+    let sandbox = sandbox().await;
+    for code in [
+        "Deno.mkdirSync('a/'.repeat(1900), { recursive: true }); await new Promise((r) => setTimeout(r, 300));",
+        "for (let i = 0; i < 20000; i++) Deno.mkdirSync('d' + i);",
+    ] {
+        let mut session =
+            SessionChild::open(sandbox, Language::Javascript, Restore::Fresh).await.expect("session opens");
+        let (outcome, alive) = exec(&mut session, Language::Javascript, code).await;
+        assert!(!alive, "{code}: {outcome:#?}");
+        assert!(outcome.stderr.contains("the session's files passed"), "{code}: {outcome:#?}");
+    }
+
+    let mut session = SessionChild::open(sandbox, Language::Javascript, Restore::Fresh).await.expect("session opens");
+    let interval = "const mib = new Uint8Array(1 << 20).fill(1);\nlet i = 0;\n\
+                    setInterval(() => Deno.writeFileSync(`f${i++}`, mib), 5);";
+    let (outcome, alive) = exec(&mut session, Language::Javascript, interval).await;
+    assert!(alive && outcome.exit_code == Some(0), "{outcome:#?}");
+    // Between execs, the interval writes on, until the watch ends it.
+    let mut waited = 0;
+    while session.is_alive() {
+        assert!(waited < 600, "the session wrote past its cap for a minute between execs");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        waited += 1;
+    }
+}
+
+#[tokio::test]
+async fn a_checkpoint_refuses_a_name_it_could_not_restore() {
+    let mut session =
+        SessionChild::open(sandbox().await, Language::Javascript, Restore::Fresh).await.expect("session opens");
+    let (outcome, alive) = exec(&mut session, Language::Javascript, "Deno.writeTextFileSync('a\\nb', 'x')").await;
+    assert!(alive && outcome.exit_code == Some(0), "{outcome:#?}");
+    let refused = session.checkpoint().await.expect_err("a name with a newline");
+    assert!(refused.to_string().contains("rename or delete it"), "{refused}");
+    let (outcome, _) = exec(&mut session, Language::Javascript, "Deno.removeSync('a\\nb')").await;
+    assert_eq!(outcome.exit_code, Some(0), "{outcome:#?}");
+    assert!(session.checkpoint().await.is_ok());
+}
