@@ -77,9 +77,10 @@ pub(crate) struct FileRoute {
 #[into_params(parameter_in = Query)]
 #[allow(dead_code)]
 pub(crate) struct ListQuery {
-    /// Relative to the session's home; the home when absent.
+    /// Relative to the session's home (a `/` at its end is dropped); the
+    /// home when absent or empty.
     #[param(
-        pattern = r"^(?!\.\.?(/|$))(?!.*/\.\.?(/|$))[^/\\\u0000-\u001f\u007f-\u009f]+(/[^/\\\u0000-\u001f\u007f-\u009f]+)*$",
+        pattern = r"^((?!\.\.?(/|$))(?!.*/\.\.?(/|$))[^/\\\u0000-\u001f\u007f-\u009f]+(/[^/\\\u0000-\u001f\u007f-\u009f]+)*/?)?$",
         max_length = 255
     )]
     path: Option<String>,

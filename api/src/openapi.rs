@@ -120,7 +120,9 @@ fn document_for(limits: &ApiLimits, sessions: &SessionLimits) -> Value {
         let properties = &mut schemas[name]["properties"];
         properties["memory_mb"]["maximum"] = json!(requests::MAX_MEMORY_MB);
         properties["args"]["maxItems"] = json!(requests::MAX_ARGS);
-        properties["files"]["maxItems"] = json!(requests::MAX_FILES);
+    }
+    for name in ["JobRequest", "BatchJobRequest", "ExecRequest"] {
+        schemas[name]["properties"]["files"]["maxItems"] = json!(requests::MAX_FILES);
     }
     // The array branch of `return_files` (its other branch is a boolean).
     schemas["ReturnFilesRequest"]["oneOf"][1]["maxItems"] = json!(runbox_common::MAX_RETURN_FILES);
@@ -129,6 +131,8 @@ fn document_for(limits: &ApiLimits, sessions: &SessionLimits) -> Value {
     schemas["CasesBatch"]["properties"]["cases"]["maxItems"] = json!(limits.max_batch);
     schemas["SessionRequest"]["properties"]["idle_timeout_s"]["maximum"] = json!(sessions.max_idle.as_secs());
     add_cross_field_rules(schemas);
+    // An upload with no body is an empty file.
+    doc["paths"]["/v1/sessions/{id}/files/{path}"]["put"]["requestBody"]["required"] = json!(false);
     doc
 }
 
