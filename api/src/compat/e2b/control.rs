@@ -4,8 +4,10 @@
 use std::collections::BTreeMap;
 
 use axum::body::Bytes;
+use axum::extract::FromRequestParts;
 use axum::extract::{Path, Query, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::StatusCode;
+use axum::http::request::Parts;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
@@ -38,12 +40,20 @@ pub(super) fn router() -> Router<AppState> {
         .route("/sandboxes/{id}/resume", post(resume))
 }
 
-/// The caller named by `X-API-KEY` (or a bearer token).
-fn caller(state: &AppState, headers: &HeaderMap) -> Result<Caller, Box<Response>> {
-    let key = headers.get("x-api-key").and_then(|v| v.to_str().ok()).or_else(|| bearer(headers));
-    identify(state, key).ok_or_else(|| {
-        Box::new(plain_error(StatusCode::UNAUTHORIZED, "invalid API key: E2B_API_KEY must be a runbox token"))
-    })
+/// The caller named by `X-API-KEY` (or a bearer token): every control-plane
+/// handler takes it, and a request without a runbox token gets E2B's 401.
+struct ApiKey(Caller);
+
+impl FromRequestParts<AppState> for ApiKey {
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Self::Rejection> {
+        let headers = &parts.headers;
+        let key = headers.get("x-api-key").and_then(|v| v.to_str().ok()).or_else(|| bearer(headers));
+        identify(state, key)
+            .map(ApiKey)
+            .ok_or_else(|| plain_error(StatusCode::UNAUTHORIZED, "invalid API key: E2B_API_KEY must be a runbox token"))
+    }
 }
 
 /// A JSON body, or `{}` when there is none.
@@ -70,11 +80,7 @@ struct CreateBody {
 }
 
 /// `POST /v2/sandboxes`: a sandbox with its default Python context open.
-async fn create(State(state): State<AppState>, headers: HeaderMap, bytes: Bytes) -> Response {
-    let caller = match caller(&state, &headers) {
-        Ok(caller) => caller,
-        Err(refused) => return *refused,
-    };
+async fn create(State(state): State<AppState>, ApiKey(caller): ApiKey, bytes: Bytes) -> Response {
     let request: CreateBody = match body(&bytes) {
         Ok(request) => request,
         Err(refused) => return *refused,
@@ -166,11 +172,7 @@ struct ListQuery {
 
 /// `GET /v2/sandboxes`: the caller's sandboxes, running and paused, or
 /// those `state` names; `metadata` (`k=v&...`, URL-encoded) filters them.
-async fn list(State(state): State<AppState>, headers: HeaderMap, Query(query): Query<ListQuery>) -> Response {
-    let caller = match caller(&state, &headers) {
-        Ok(caller) => caller,
-        Err(refused) => return *refused,
-    };
+async fn list(State(state): State<AppState>, ApiKey(caller): ApiKey, Query(query): Query<ListQuery>) -> Response {
     let ids = match state.queue.owner_e2b_sandboxes(&caller.0).await {
         Ok(ids) => ids,
         Err(e) => return api_error(e.into()),
@@ -198,11 +200,7 @@ fn form_urlencoded_pairs(text: &str) -> Vec<(String, String)> {
 }
 
 /// `GET /sandboxes/{id}`.
-async fn info(State(state): State<AppState>, headers: HeaderMap, Path(id): Path<String>) -> Response {
-    let caller = match caller(&state, &headers) {
-        Ok(caller) => caller,
-        Err(refused) => return *refused,
-    };
+async fn info(State(state): State<AppState>, ApiKey(caller): ApiKey, Path(id): Path<String>) -> Response {
     match owned(&state, &caller, &id).await {
         Ok(Some(sandbox)) => Json(listed_view(&sandbox)).into_response(),
         Ok(None) => not_found(&id),
@@ -211,11 +209,7 @@ async fn info(State(state): State<AppState>, headers: HeaderMap, Path(id): Path<
 }
 
 /// `DELETE /sandboxes/{id}`: ends its sessions; 404 if there is none.
-async fn kill(State(state): State<AppState>, headers: HeaderMap, Path(id): Path<String>) -> Response {
-    let caller = match caller(&state, &headers) {
-        Ok(caller) => caller,
-        Err(refused) => return *refused,
-    };
+async fn kill(State(state): State<AppState>, ApiKey(caller): ApiKey, Path(id): Path<String>) -> Response {
     match owned(&state, &caller, &id).await {
         Ok(Some(sandbox)) => match end(&state, &sandbox).await {
             Ok(_) => StatusCode::NO_CONTENT.into_response(),
@@ -235,14 +229,10 @@ struct TimeoutBody {
 /// from now.
 async fn set_timeout(
     State(state): State<AppState>,
-    headers: HeaderMap,
+    ApiKey(caller): ApiKey,
     Path(id): Path<String>,
     bytes: Bytes,
 ) -> Response {
-    let caller = match caller(&state, &headers) {
-        Ok(caller) => caller,
-        Err(refused) => return *refused,
-    };
     let request: TimeoutBody = match body(&bytes) {
         Ok(request) => request,
         Err(refused) => return *refused,
@@ -268,11 +258,7 @@ async fn set_timeout(
 
 /// `POST /sandboxes/{id}/pause`: every context's session checkpointed and
 /// ended, its process freed. 409 if it is paused already.
-async fn pause(State(state): State<AppState>, headers: HeaderMap, Path(id): Path<String>) -> Response {
-    let caller = match caller(&state, &headers) {
-        Ok(caller) => caller,
-        Err(refused) => return *refused,
-    };
+async fn pause(State(state): State<AppState>, ApiKey(caller): ApiKey, Path(id): Path<String>) -> Response {
     let sandbox = match owned(&state, &caller, &id).await {
         Ok(Some(sandbox)) => sandbox,
         Ok(None) => return not_found(&id),
@@ -328,20 +314,26 @@ fn already_paused(id: &str) -> Response {
 
 /// `POST /v2/sandboxes/{id}/connect`: the sandbox, resumed if paused; a
 /// `timeout` moves its end later, never earlier.
-async fn connect(State(state): State<AppState>, headers: HeaderMap, Path(id): Path<String>, bytes: Bytes) -> Response {
-    wake(state, headers, id, bytes, false).await
+async fn connect(
+    State(state): State<AppState>,
+    ApiKey(caller): ApiKey,
+    Path(id): Path<String>,
+    bytes: Bytes,
+) -> Response {
+    wake(state, caller, id, bytes, false).await
 }
 
 /// `POST /sandboxes/{id}/resume`: as connect, for a paused sandbox only.
-async fn resume(State(state): State<AppState>, headers: HeaderMap, Path(id): Path<String>, bytes: Bytes) -> Response {
-    wake(state, headers, id, bytes, true).await
+async fn resume(
+    State(state): State<AppState>,
+    ApiKey(caller): ApiKey,
+    Path(id): Path<String>,
+    bytes: Bytes,
+) -> Response {
+    wake(state, caller, id, bytes, true).await
 }
 
-async fn wake(state: AppState, headers: HeaderMap, id: String, bytes: Bytes, paused_only: bool) -> Response {
-    let caller = match caller(&state, &headers) {
-        Ok(caller) => caller,
-        Err(refused) => return *refused,
-    };
+async fn wake(state: AppState, caller: Caller, id: String, bytes: Bytes, paused_only: bool) -> Response {
     let request: TimeoutBody = match body(&bytes) {
         Ok(request) => request,
         Err(refused) => return *refused,
