@@ -67,29 +67,7 @@ impl Home {
                 let bytes = base64::engine::general_purpose::STANDARD
                     .decode(content)
                     .map_err(|e| std::io::Error::other(format!("the upload is not base64: {e}")))?;
-                let before = match found {
-                    Found::Dir | Found::Other => return refuse(FileRefusal::NotAFile),
-                    Found::File(size) => size,
-                    Found::Nothing => 0,
-                };
-                let (total, count) = self.usage()?;
-                if total - before + bytes.len() as u64 > MAX_SESSION_FILES_BYTES {
-                    return refuse(FileRefusal::FilesFull);
-                }
-                if found == Found::Nothing && count + 1 > MAX_SESSION_FILES {
-                    return refuse(FileRefusal::TooManyFiles);
-                }
-                self.make_parents(path)?;
-                let mut file = OpenOptions::new()
-                    .write(true)
-                    .create(true)
-                    .truncate(true)
-                    .mode(0o644)
-                    .custom_flags(libc_nofollow())
-                    .open(&full)?;
-                file.write_all(&bytes)?;
-                self.give(&full)?;
-                Ok(FileResult::Written { size: bytes.len() as u64 })
+                self.write(path, &full, found, &bytes)
             }
             FileAction::Get { .. } => match found {
                 Found::Nothing => refuse(FileRefusal::NoFile),
@@ -167,6 +145,43 @@ impl Home {
                 fs::rename(&full, &target).map(|()| FileResult::Done)
             }
         }
+    }
+
+    /// Writes `bytes` at `path` (already checked), within the caps.
+    pub fn put(&self, path: &str, bytes: &[u8]) -> std::io::Result<FileResult> {
+        match self.walk(path, false)? {
+            Ok((full, found)) => self.write(path, &full, found, bytes),
+            Err(refusal) => Ok(FileResult::Refused { refusal }),
+        }
+    }
+
+    /// Writes `bytes` at `path`, which leads to `full` where `found` is,
+    /// making its directories, unless that would pass the caps.
+    fn write(&self, path: &str, full: &Path, found: Found, bytes: &[u8]) -> std::io::Result<FileResult> {
+        let refuse = |refusal| Ok(FileResult::Refused { refusal });
+        let before = match found {
+            Found::Dir | Found::Other => return refuse(FileRefusal::NotAFile),
+            Found::File(size) => size,
+            Found::Nothing => 0,
+        };
+        let (total, count) = self.usage()?;
+        if total - before + bytes.len() as u64 > MAX_SESSION_FILES_BYTES {
+            return refuse(FileRefusal::FilesFull);
+        }
+        if found == Found::Nothing && count + 1 > MAX_SESSION_FILES {
+            return refuse(FileRefusal::TooManyFiles);
+        }
+        self.make_parents(path)?;
+        let mut file = OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o644)
+            .custom_flags(libc_nofollow())
+            .open(full)?;
+        file.write_all(bytes)?;
+        self.give(full)?;
+        Ok(FileResult::Written { size: bytes.len() as u64 })
     }
 
     /// Where `path` leads, and what is there; or why it is refused: a name

@@ -515,13 +515,9 @@ impl SessionChild {
 
     /// Writes an exec's `files` in a JavaScript session's home, within its caps.
     async fn put_files(&self, files: &[InputFile]) -> Result<(), String> {
-        use base64::Engine;
         for file in files {
-            let bytes = file.bytes()?;
-            let content = base64::engine::general_purpose::STANDARD.encode(bytes);
-            let action = FileAction::Put { path: file.path.clone(), content };
-            let home = self.home();
-            let done = tokio::task::spawn_blocking(move || home.file(&action)).await.map_err(|e| e.to_string())?;
+            let (bytes, path, home) = (file.bytes()?, file.path.clone(), self.home());
+            let done = tokio::task::spawn_blocking(move || home.put(&path, &bytes)).await.map_err(|e| e.to_string())?;
             match done.map_err(|e| e.to_string())? {
                 FileResult::Written { .. } => {}
                 FileResult::Refused { refusal } => {

@@ -102,11 +102,21 @@ async fn upload(
         let Some(boundary) = boundary(content_type) else {
             return plain_error(StatusCode::BAD_REQUEST, "a multipart upload without a boundary");
         };
+        // The first file is at `path` when it is given (a one-file upload
+        // names it there as well); the others are at their filenames.
         match parts(&body, &boundary) {
             Some(parts) => parts
                 .into_iter()
                 .filter(|part| part.name == "file")
-                .map(|part| (part.filename.or_else(|| query.path.clone()).unwrap_or_default(), part.content))
+                .enumerate()
+                .map(|(i, part)| {
+                    let named = if i == 0 {
+                        query.path.clone().or(part.filename)
+                    } else {
+                        part.filename.or(query.path.clone())
+                    };
+                    (named.unwrap_or_default(), part.content)
+                })
                 .collect(),
             None => return plain_error(StatusCode::BAD_REQUEST, "the multipart body does not parse"),
         }
@@ -118,9 +128,6 @@ async fn upload(
     }
     let mut written = Vec::with_capacity(files.len());
     for (given, content) in files {
-        // One file: `path` names it, whatever the part's filename says.
-        let given =
-            if written.is_empty() && query.path.is_some() { query.path.clone().unwrap_or(given) } else { given };
         let path = match home_path(&given) {
             Ok(path) if !path.is_empty() => path,
             Ok(_) => return plain_error(StatusCode::BAD_REQUEST, "the path names the home, a directory: name a file"),
