@@ -22,7 +22,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use futures_util::{Stream, StreamExt};
-use runbox_common::{JobRecord, Language, OutputStream, now_rfc3339};
+use runbox_common::{JobRecord, Language, OutputStream, Status, now_rfc3339};
 use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio::time::Instant;
@@ -321,18 +321,21 @@ fn ending(record: &JobRecord, marker: &str) -> Vec<Value> {
             }
         }
         None => {
-            let why = match outcome.status.as_str() {
-                "timeout" => "the code ran past runbox's time limit and was stopped".to_owned(),
-                "memory_limit" => "the code ran out of memory; the context was restored from its last checkpoint, \
-                                   or lost"
+            let why = match outcome.status {
+                Status::Timeout => "the code ran past runbox's time limit and was stopped".to_owned(),
+                Status::MemoryExceeded => "the code ran out of memory; the context was restored from its last \
+                                           checkpoint, or lost"
                     .to_owned(),
-                "cancelled" => "the code was interrupted".to_owned(),
+                Status::Cancelled => "the code was interrupted".to_owned(),
                 status if outcome.stdout_truncated => {
-                    format!("the code's output passed runbox's cap ({status}); its result was cut off")
+                    format!(
+                        "the code's output passed runbox's cap ({status}); its result was cut off",
+                        status = status.as_str()
+                    )
                 }
-                status => format!("the code ended without a result ({status})"),
+                status => format!("the code ended without a result ({})", status.as_str()),
             };
-            let name = if outcome.status.as_str() == "timeout" { "TimeoutError" } else { "ExecutionError" };
+            let name = if outcome.status == Status::Timeout { "TimeoutError" } else { "ExecutionError" };
             lines.push(error_line(name, &why, &outcome.stderr));
         }
     }
@@ -554,6 +557,35 @@ async fn restart_context(State(state): State<AppState>, headers: HeaderMap, Path
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn record(status: Status, stdout: &str) -> JobRecord {
+        let outcome =
+            runbox_common::Outcome { status, stdout: stdout.into(), ..runbox_common::Outcome::internal_error("") };
+        JobRecord {
+            id: "j".into(),
+            owner: "o".into(),
+            language: Some(Language::Python),
+            status,
+            created_at: None,
+            started_at: None,
+            finished_at: None,
+            worker: None,
+            outcome: Some(outcome),
+            timings: Default::default(),
+            compat: None,
+        }
+    }
+
+    #[test]
+    fn an_exec_ends_as_its_marker_line_says_or_says_why_it_has_none() {
+        let shown = ending(&record(Status::Completed, "out\n\u{1}m:{\"text\": \"4\", \"error\": null}\n"), "\u{1}m:");
+        assert_eq!(shown[0], json!({ "type": "result", "text": "4", "is_main_result": true }));
+        assert_eq!(shown[1], json!({ "type": "end_of_execution" }));
+        let timeout = ending(&record(Status::Timeout, "out"), "\u{1}m:");
+        assert_eq!(timeout[0]["name"], "TimeoutError");
+        let memory = ending(&record(Status::MemoryExceeded, ""), "\u{1}m:");
+        assert!(memory[0]["value"].as_str().unwrap_or("").contains("ran out of memory"), "{memory:?}");
+    }
 
     #[test]
     fn the_marker_line_is_held_back_and_cut() {
